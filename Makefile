@@ -1,0 +1,37 @@
+# Where torch and triton already import (the GPU machines: no network), use that python3 and
+# install nothing. Elsewhere (a fresh CPU machine, CI) build .venv with pinned CPU wheels.
+SHELL := /bin/bash
+HAVE_DEPS := $(shell python3 -c "import torch, triton, hypothesis, pytest, xdist" >/dev/null 2>&1 && echo yes)
+ifeq ($(HAVE_DEPS),yes)
+PY := python3
+ENV :=
+else
+PY := .venv/bin/python
+ENV := .venv/.installed
+endif
+
+# Never multicast / NVLS on the GPU machines (DESIGN.md §7); harmless on CPU.
+export TORCH_SYMM_MEM_DISABLE_MULTICAST := 1
+export NCCL_NVLS_ENABLE := 0
+export NVSHMEM_DISABLE_NVLS := 1
+
+# CPU wheels: torch 2.13.0 is a local CPU build; anything newer would pull GBs of CUDA wheels.
+PINS := torch==2.13.0 triton==3.6.0 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
+
+.PHONY: test demo env clean
+env: $(ENV)
+
+.venv/.installed: Makefile
+	python3 -m venv .venv
+	.venv/bin/pip install --quiet --disable-pip-version-check $(PINS)
+	touch $@
+
+# The README's test command. xdist spreads the CPU tier over the cores.
+test: $(ENV)
+	$(PY) -m pytest -n auto -q
+
+demo: $(ENV)
+	$(PY) -m reference demo
+
+clean:
+	rm -rf .venv .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""Long Hypothesis campaigns (``python -m fuzz``); see the fuzzing issue."""

@@ -1,0 +1,192 @@
+"""Case builders shared by tests, fuzzing, the demo and the benchmarks.
+
+A case is built from a seed and a small configuration, never stored as megabytes: the same
+(seed, configuration) always gives the same tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .constants import HEAD_DIM, PAGE
+from .nvfp4 import join_pages, quantize_nvfp4
+
+PATTERNS = ("random", "gaussian", "exact", "ties", "clustered", "zeros")
+# Patterns whose every fp32 dot product is exact in any summation order (q in
+# {0, ±0.5, ±1, ±2}, K = E2M1 x power-of-two scale <= 4: products are multiples of 2^-3 and
+# sums stay below 2^13), so every scorer must give the same scores bit for bit.
+EXACT_PATTERNS = ("exact", "ties", "clustered", "zeros")
+# History lengths (pages) where things break: empty, short, the 16-page switch, group and
+# table edges, the MAX_PAGES edge and past it.
+EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129, 2048, 2049, 5078, 8192, 8197)
+
+_E4M3 = torch.float8_e4m3fn
+_COLD_SCALE, _HOT_SCALE = 0.5, 4.0
+_HOT_BLOCKS = 32  # distinct "winner" pages of the clustered pattern
+_CLUSTER = 24  # winners per request in the clustered pattern (more than 16, fewer than 2 ranks' worth)
+
+
+@dataclass
+class Case:
+    """Decode inputs in the CLI's case format.
+
+    index_q: float8_e4m3fn [B * query_len, H, 128]; k_cache: uint8 [N, 128, 72];
+    block_table: int32 [B, P_table]; seq_lens: int32 [B]; query_len: 1..8.
+    """
+
+    index_q: torch.Tensor
+    k_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_len: int
+    name: str = ""
+
+    def args(self) -> tuple:
+        """Positional arguments of the decode functions."""
+        return (self.index_q, self.k_cache, self.block_table, self.seq_lens, self.query_len)
+
+    def to_dict(self) -> dict:
+        return {
+            "index_q": self.index_q,
+            "k_cache": self.k_cache,
+            "block_table": self.block_table,
+            "seq_lens": self.seq_lens,
+            "query_len": self.query_len,
+        }
+
+    def save(self, path) -> None:
+        torch.save(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path) -> "Case":
+        d = torch.load(path, weights_only=True)
+        missing = {"index_q", "k_cache", "block_table", "seq_lens", "query_len"} - set(d)
+        if missing:
+            raise ValueError(f"case: {path} lacks {sorted(missing)}")
+        return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], int(d["query_len"]), str(path))
+
+
+def seq_len_for(pages: int, offset: int = 0) -> int:
+    """A length whose history holds ``pages`` full pages: ``(len - 1) // 128 == pages`` for
+    offsets 0..127; offset -1 sits on the page boundary just below."""
+    return pages * PAGE + 1 + offset
+
+
+def edge_seq_lens(query_len: int = 1) -> list[int]:
+    """Every EDGE_PAGES boundary and its neighbours (-1, 0, +1 tokens), at least query_len."""
+    lens = {seq_len_for(p, d) for p in EDGE_PAGES for d in (-1, 0, 1)}
+    return sorted(n for n in lens if n >= query_len)
+
+
+def _e4m3_bytes(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float32).to(_E4M3).view(torch.uint8)
+
+
+def _pick(gen: torch.Generator, choices: torch.Tensor, shape) -> torch.Tensor:
+    return choices[torch.randint(0, choices.numel(), shape, generator=gen)]
+
+
+def _exact_queries(gen, shape) -> torch.Tensor:
+    return _pick(gen, torch.tensor([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -2.0]), shape).to(_E4M3)
+
+
+def _random_codes(gen, blocks: int) -> torch.Tensor:
+    return torch.randint(0, 256, (blocks, PAGE, HEAD_DIM // 2), dtype=torch.uint8, generator=gen)
+
+
+def _build(gen, pattern: str, rows: int, heads: int, blocks: int):
+    """Queries [rows, H, 128] e4m3 and the cache [blocks, 128, 72] for one pattern, plus the
+    number of leading blocks that are 'hot' (clustered pattern only)."""
+    qshape = (rows, heads, HEAD_DIM)
+    sshape = (blocks, PAGE, HEAD_DIM // 16)
+    if pattern == "random":
+        q = (torch.randn(qshape, generator=gen) * 2).to(_E4M3)
+        # Any finite scale byte from 2^-6 to 8: codes x scales cover most of E4M3.
+        scales = torch.randint(0x08, 0x51, sshape, dtype=torch.uint8, generator=gen)
+        return q, join_pages(_random_codes(gen, blocks), scales), 0
+    if pattern == "gaussian":
+        q = (torch.randn(qshape, generator=gen) * 2).to(_E4M3)
+        spread = torch.exp2(torch.randint(-4, 4, (blocks, PAGE, 1), generator=gen).float())
+        return q, quantize_nvfp4(torch.randn((blocks, PAGE, HEAD_DIM), generator=gen) * spread), 0
+    q = _exact_queries(gen, qshape)
+    codes = _random_codes(gen, blocks)
+    if pattern == "exact":
+        scales = _pick(gen, _e4m3_bytes([0.5, 1.0, 2.0, 4.0]), sshape)
+        return q, join_pages(codes, scales), 0
+    if pattern == "ties":
+        return q, join_pages(codes, _pick(gen, _e4m3_bytes([1.0]), sshape)), 0
+    if pattern == "zeros":
+        scales = _pick(gen, _e4m3_bytes([0.5, 1.0, 2.0, 4.0]), sshape)
+        return q, join_pages(torch.zeros_like(codes), scales), 0
+    if pattern == "clustered":
+        scales = torch.full(sshape, int(_e4m3_bytes([_COLD_SCALE])), dtype=torch.uint8)
+        scales[:_HOT_BLOCKS] = int(_e4m3_bytes([_HOT_SCALE]))
+        return q, join_pages(codes, scales), _HOT_BLOCKS
+    raise ValueError(f"pattern: expected one of {PATTERNS}, got {pattern!r}")
+
+
+def make_case(
+    seed: int,
+    seq_lens: list[int],
+    *,
+    query_len: int = 1,
+    heads: int = 4,
+    pattern: str = "random",
+    table_width: int | None = None,
+    num_blocks: int | None = None,
+    name: str | None = None,
+) -> Case:
+    """Build a decode case.
+
+    seq_lens: one length per request (each >= query_len); table_width: P_table (default:
+    every page each request touches, own page included); num_blocks: N cache pages
+    (default: enough for distinct pages per row, at most 8192; ``ties`` uses 3).
+    Patterns: ``random`` (raw codes, wide scales), ``gaussian`` (quantize_nvfp4 of normal
+    keys), and the exact-arithmetic ones: ``exact``, ``ties`` (3 distinct pages: massive
+    score ties), ``clustered`` (24 winners per request packed into one contiguous run or
+    one rank's stride), ``zeros`` (all-zero K: every score +0.0).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    batch = len(seq_lens)
+    width = table_width or max([1] + [-(-n // PAGE) for n in seq_lens])
+    if pattern == "ties":
+        blocks = num_blocks or 3
+    else:
+        blocks = num_blocks or max(1, min(width, 8192))
+        if pattern == "clustered":
+            blocks += _HOT_BLOCKS
+    q, k_cache, hot = _build(gen, pattern, batch * query_len, heads, blocks)
+    cold = blocks - hot
+    if cold >= width:
+        table = torch.stack([torch.randperm(cold, generator=gen)[:width] for _ in range(batch)])
+    else:
+        table = torch.randint(0, cold, (batch, width), generator=gen)
+    table = table + hot
+    if hot:
+        for b, n in enumerate(seq_lens):
+            table[b] = _place_cluster(gen, table[b], (n - 1) // PAGE, hot)
+    return Case(
+        index_q=q,
+        k_cache=k_cache,
+        block_table=table.to(torch.int32),
+        seq_lens=torch.tensor(seq_lens, dtype=torch.int32),
+        query_len=query_len,
+        name=name or f"{pattern}-s{seed}",
+    )
+
+
+def _place_cluster(gen, row: torch.Tensor, history: int, hot: int) -> torch.Tensor:
+    """Put hot pages on _CLUSTER positions of one row below its history: a contiguous run
+    (winners spread over every rank) or a stride of 2, 4 or 8 (winners on few ranks)."""
+    span = min(history, row.numel())
+    if span <= 0:
+        return row
+    stride = int(_pick(gen, torch.tensor([1, 2, 4, 8]), ()))
+    count = min(_CLUSTER, -(-span // stride))
+    start = int(torch.randint(0, span - (count - 1) * stride, (), generator=gen))
+    positions = start + stride * torch.arange(count)
+    row = row.clone()
+    row[positions] = torch.randint(0, hot, (count,), generator=gen).to(row.dtype)
+    return row

@@ -1,0 +1,142 @@
+"""``python -m reference``: decode a saved case, explain one row rank by rank, make cases, demo."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import torch
+
+from .cases import PATTERNS, Case, make_case, seq_len_for
+from .constants import MAX_PAGES, PAGE, RANKED, SUPPORTED_CP, TOPK
+from .cp import cp_decode, rank_cut
+from .decode import full_decode, stock_decode
+from .selection import keys_to_pages, keys_to_scores
+
+PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
+
+
+def _decode(args) -> int:
+    case = Case.load(args.case)
+    fn = PATHS[args.path]
+    kwargs = {"cp": args.cp} if args.path == "cp" else {}
+    torch.save({"out": fn(*case.args(), **kwargs)}, args.out)
+    return 0
+
+
+def _fmt_keys(keys: torch.Tensor) -> str:
+    pages, scores = keys_to_pages(keys).tolist(), keys_to_scores(keys).tolist()
+    cells = [f"{p}({s:.6g})" for p, s in zip(pages, scores) if p >= 0]
+    return " ".join(cells) if cells else "(none)"
+
+
+def explain(case: Case, row: int, head: int, cp: int, file=sys.stdout) -> bool:
+    """Print what one (row, head) saw on every simulated rank; return True if CP == full."""
+    out, trace = cp_decode(*case.args(), cp=cp, trace=True)
+    full = full_decode(*case.args())
+    rows, heads = out.shape[:2]
+    if not (0 <= row < rows and 0 <= head < heads):
+        raise ValueError(f"row/head: the case has {rows} rows and {heads} heads, got row {row}, head {head}")
+    q = case.query_len
+    b, i = divmod(row, q)
+    own = int(trace.own[row])
+    p = min(case.block_table.shape[1], MAX_PAGES)
+    print(f"case {case.name}: {rows} rows x {heads} heads, query_len {q}, P = {p} pages, CP = {cp}, W = {trace.width}", file=file)
+    print(f"row {row} = request {b} query {i}: seq_len {int(case.seq_lens[b])}, own page {own}", file=file)
+    if own + 1 <= TOPK:
+        print(f"short row (own + 1 <= {TOPK}): no scoring, output [0..{own}, -1...]", file=file)
+    else:
+        print(f"long row: ranks pages j < min(own, P) = {min(own, p)}, own page in slot {RANKED}", file=file)
+        for rt in trace.ranks:
+            n_local = int(rt.n_local[b])
+            n_rank = int(rank_cut(trace.own[row], rt.n_local[b], cp, rt.rank))
+            print(
+                f"  rank {rt.rank} (owns heads {list(rt.heads)}): scores pages {rt.rank}, {rt.rank + cp}, ... ; "
+                f"scored {n_local} (score length {int(rt.score_lens[b])}), {n_rank} below own",
+                file=file,
+            )
+            print(f"    local top-16: {_fmt_keys(rt.local_keys[row, head])}", file=file)
+    owners = trace.layout.owners_of(head)
+    for o in owners:
+        rt = trace.ranks[o]
+        k = head - trace.layout.heads_of(o).start
+        if own + 1 > TOPK:
+            merged = torch.sort(rt.received[:, row, k].reshape(-1), descending=True).values[:RANKED]
+            print(f"  owner rank {o}: best {RANKED} of {cp * TOPK} candidates: {_fmt_keys(merged)}", file=file)
+        print(f"  owner rank {o} output: {rt.merged[row, k].tolist()}", file=file)
+    ok = torch.equal(out[row, head], full[row, head])
+    print(f"full_decode:          {full[row, head].tolist()}", file=file)
+    print("CP == full" if ok else "CP != full: MISMATCH", file=file)
+    return ok
+
+
+def _explain(args) -> int:
+    return 0 if explain(Case.load(args.case), args.row, args.head, args.cp) else 1
+
+
+def _make_case(args) -> int:
+    lens = [int(n) for n in args.seq_lens.split(",")]
+    case = make_case(args.seed, lens, query_len=args.query_len, heads=args.heads, pattern=args.pattern, table_width=args.table_width)
+    case.save(args.out)
+    print(f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table {case.block_table.shape[1]}")
+    return 0
+
+
+def demo(file=sys.stdout) -> bool:
+    """Reference-only demo: CP (every size) vs the full oracle on a mixed synthetic workload."""
+    lens = [seq_len_for(p, 5) for p in (0, 15, 16, 17, 129, 1000, 2049, 4096)]
+    print(f"{'query_len':>9} {'pattern':>9} {'cp':>3} {'rows':>5} {'agree':>6} {'full s':>7} {'cp s':>7}", file=file)
+    ok = True
+    for query_len in (1, 4):
+        for pattern in ("random", "exact"):
+            case = make_case(7, lens, query_len=query_len, heads=4, pattern=pattern)
+            t0 = time.perf_counter()
+            full = full_decode(*case.args())
+            t_full = time.perf_counter() - t0
+            for cp in SUPPORTED_CP:
+                t0 = time.perf_counter()
+                out = cp_decode(*case.args(), cp=cp)
+                t_cp = time.perf_counter() - t0
+                agree = torch.equal(out, full)
+                ok &= agree
+                print(
+                    f"{query_len:>9} {pattern:>9} {cp:>3} {out.shape[0]:>5} {'yes' if agree else 'NO':>6} {t_full:>7.3f} {t_cp:>7.3f}",
+                    file=file,
+                )
+    print(f"requests: {len(lens)} with {[(n - 1) // PAGE for n in lens]} pages of history; H = 4", file=file)
+    print("all CP sizes agree with the full oracle" if ok else "MISMATCH between CP and the full oracle", file=file)
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m reference", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("decode", help="decode a saved case with the full, CP or stock path")
+    d.add_argument("--case", required=True)
+    d.add_argument("--path", choices=sorted(PATHS), required=True)
+    d.add_argument("--cp", type=int, default=1)
+    d.add_argument("--out", required=True)
+    d.set_defaults(run=_decode)
+    e = sub.add_parser("explain", help="show rank by rank what one row's head saw")
+    e.add_argument("--case", required=True)
+    e.add_argument("--row", type=int, required=True)
+    e.add_argument("--head", type=int, required=True)
+    e.add_argument("--cp", type=int, default=4)
+    e.set_defaults(run=_explain)
+    m = sub.add_parser("make-case", help="write a synthetic case file")
+    m.add_argument("--out", required=True)
+    m.add_argument("--seq-lens", required=True, help="comma-separated lengths, one per request")
+    m.add_argument("--query-len", type=int, default=1)
+    m.add_argument("--heads", type=int, default=4)
+    m.add_argument("--pattern", choices=PATTERNS, default="random")
+    m.add_argument("--table-width", type=int)
+    m.add_argument("--seed", type=int, default=0)
+    m.set_defaults(run=_make_case)
+    sub.add_parser("demo", help="CP vs full on a synthetic workload").set_defaults(run=lambda _: 0 if demo() else 1)
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,104 @@
+"""The Q8KV4 decode scorer contract (DESIGN.md §4), in plain PyTorch."""
+
+from __future__ import annotations
+
+import torch
+
+from .constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
+from .nvfp4 import dequantize_nvfp4_f64
+
+# Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).
+PAGE_CHUNK = 256
+
+
+def scored_pages(lens: torch.Tensor, width: int) -> torch.Tensor:
+    """Pages the scorer computes per request: ``min((len - 1) // 128, W)``, at least 0.
+
+    lens: int ``[B]``. Returns int64 ``[B]``.
+    """
+    return ((lens.to(torch.int64) - 1) // PAGE).clamp(0, width)
+
+
+def stored_pages(lens: torch.Tensor) -> torch.Tensor:
+    """Columns each slot may store: ``own(slot) = (len - SLOTS + slot) // 128``.
+
+    lens: int ``[B]``. Returns int64 ``[B, SLOTS]`` (negative means none).
+    """
+    slot = torch.arange(SLOTS, dtype=torch.int64)
+    return (lens.to(torch.int64)[:, None] - SLOTS + slot[None, :]) // PAGE
+
+
+class _Workspace:
+    """Reusable dequantization buffers for up to ``pages`` pages (see dequantize_nvfp4_f64)."""
+
+    def __init__(self, pages: int):
+        self.index = torch.empty(pages * CODE_BYTES, dtype=torch.int32)
+        self.values = torch.empty(pages * CODE_BYTES, dtype=torch.complex128)
+
+
+def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace) -> torch.Tensor:
+    """Score query rows against NVFP4 pages.
+
+    q_rows: float64 ``[R, 128]`` holding E4M3 values; pages: uint8 ``[n, 128, 72]``.
+    Returns float32 ``[R, n]``: max over the 128 tokens of the dot product.
+
+    Each dot product is computed exactly and rounded once to fp32. Exact because every
+    product of two E4M3 values is a multiple of 2^-18 below 2^18 in magnitude, so any
+    partial sum of 128 of them needs at most 43 bits and float64 holds it in any order.
+    That makes a score independent of how pages are batched (CP and full decode agree bit
+    for bit), and on exact-arithmetic inputs it equals any fp32 accumulation.
+    Adding +0.0 gives an all-zero dot product the sign an fp32 accumulator starting at +0.0
+    gives; the exact key tells -0.0 from +0.0.
+    """
+    n = pages.shape[0]
+    k = dequantize_nvfp4_f64(pages, work.index, work.values)  # [n * 128, 128]
+    dots = (k @ q_rows.T).view(n, PAGE, -1)
+    return dots.amax(dim=1).T.to(torch.float32) + 0.0
+
+
+def score_pages(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+) -> torch.Tensor:
+    """The scorer contract: write page scores into ``out``, leaving every other column alone.
+
+    q_tile: float8_e4m3fn ``[B, 8, Hs, 128]``; k_cache: uint8 ``[N, 128, 72]``;
+    block_table: int32 ``[B, W]``; lens: int32 ``[B]``; out: float32 ``[B, 8 * Hs, W]``,
+    row ``slot * Hs + head``. Column j of request b is computed for
+    ``j < min((len - 1) // 128, W)`` and stored in row (slot, head) only if also
+    ``j < own(slot) = (len - 8 + slot) // 128``. Returns ``out``.
+    Only the table entries of computed columns are read; they must lie in ``[0, N)``.
+    """
+    batch, slots, hs, dim = q_tile.shape
+    if slots != SLOTS or dim != HEAD_DIM:
+        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
+    width = block_table.shape[1]
+    if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32:
+        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {out.dtype} {list(out.shape)}")
+    n_scored = scored_pages(lens, width)
+    own = stored_pages(lens).repeat_interleave(hs, dim=1)  # [B, 8 * Hs], per row
+    num_blocks = k_cache.shape[0]
+    q_all = q_tile.to(torch.float64).reshape(batch, SLOTS * hs, HEAD_DIM)
+    work = _Workspace(min(PAGE_CHUNK, max(n_scored.tolist(), default=0)))
+    for b in range(batch):
+        n = int(n_scored[b])
+        if n == 0:
+            continue
+        ids = block_table[b, :n].to(torch.int64)
+        if int(ids.min()) < 0 or int(ids.max()) >= num_blocks:
+            raise ValueError(f"block_table: request {b} reads a page id outside [0, {num_blocks})")
+        # A row whose query holds NaN (an unused tile slot: 0xFF bytes) scores NaN; skip
+        # its dot products rather than pay for them.
+        live = ~torch.isnan(q_all[b]).any(dim=1)
+        for start in range(0, n, PAGE_CHUNK):
+            stop = min(start + PAGE_CHUNK, n)
+            s = torch.full((SLOTS * hs, stop - start), torch.nan)
+            if bool(live.any()):
+                s[live] = page_scores(q_all[b][live], k_cache[ids[start:stop]], work)
+            keep = torch.arange(start, stop)[None, :] < own[b][:, None]
+            view = out[b, :, start:stop]
+            view.copy_(torch.where(keep, s, view))
+    return out

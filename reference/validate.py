@@ -1,0 +1,117 @@
+"""Input checks shared by every entry point: a clear exception naming the argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .constants import (
+    HEAD_DIM,
+    MAX_PAGES,
+    MAX_QUERY_LEN,
+    PAGE,
+    ROW_BYTES,
+    SUPPORTED_CP,
+    SUPPORTED_HEADS,
+)
+from .nvfp4 import split_pages
+
+
+@dataclass(frozen=True)
+class DecodeInputs:
+    """Checked decode inputs, on the CPU.
+
+    index_q: float8_e4m3fn [rows, H, 128]; k_cache: uint8 [N, 128, 72];
+    block_table: int32 [B, P_table]; seq_lens: int32 [B]; rows = B * query_len.
+    """
+
+    index_q: torch.Tensor
+    k_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_len: int
+
+    @property
+    def batch(self) -> int:
+        return self.seq_lens.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.index_q.shape[1]
+
+    @property
+    def num_pages(self) -> int:
+        """P = min(P_table, MAX_PAGES): the pages the table holds."""
+        return min(self.block_table.shape[1], MAX_PAGES)
+
+
+def _tensor(name: str, x, dtype: torch.dtype, dims: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
+    return x.detach().cpu().contiguous()
+
+
+def check_int(name: str, value, allowed=None, low=None, high=None) -> int:
+    """Check a Python int argument (bools rejected); raise TypeError/ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"{name}: must be one of {tuple(allowed)}, got {value}")
+    if low is not None and value < low or high is not None and value > high:
+        raise ValueError(f"{name}: must be in {low}..{high}, got {value}")
+    return value
+
+
+def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> DecodeInputs:
+    """Check the decode inputs against DESIGN.md §3 and return them on the CPU.
+
+    Raises TypeError for wrong types/dtypes and ValueError for wrong shapes or values, each
+    naming the argument. Page ids are checked where they will be read: the first
+    ``min((seq_len - 1) // 128, P)`` entries of each request's row.
+    """
+    query_len = check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
+    q = _tensor("index_q", index_q, torch.float8_e4m3fn, 3)
+    kc = _tensor("k_cache", k_cache, torch.uint8, 3)
+    bt = _tensor("block_table", block_table, torch.int32, 2)
+    sl = _tensor("seq_lens", seq_lens, torch.int32, 1)
+    rows, heads, dim = q.shape
+    if dim != HEAD_DIM:
+        raise ValueError(f"index_q: last dimension must be {HEAD_DIM}, got {dim}")
+    if heads not in SUPPORTED_HEADS:
+        raise ValueError(f"index_q: head count must be one of {SUPPORTED_HEADS}, got {heads}")
+    qb = q.view(torch.uint8)
+    if bool(((qb & 0x7F) == 0x7F).any()):
+        raise ValueError("index_q: holds an E4M3 NaN byte (0x7F/0xFF), which marks an unwritten slot")
+    if tuple(kc.shape[1:]) != (PAGE, ROW_BYTES) or kc.shape[0] < 1:
+        raise ValueError(f"k_cache: expected shape [N >= 1, {PAGE}, {ROW_BYTES}], got {list(kc.shape)}")
+    if bool(((split_pages(kc)[1] & 0x7F) == 0x7F).any()):
+        raise ValueError("k_cache: a scale byte is an E4M3 NaN (0x7F/0xFF)")
+    batch = sl.shape[0]
+    if bt.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (one per request in seq_lens), got {bt.shape[0]}")
+    if bt.shape[1] < 1:
+        raise ValueError("block_table: must have at least one column")
+    if rows != batch * query_len:
+        raise ValueError(f"index_q: expected {batch} * {query_len} = {batch * query_len} rows, got {rows}")
+    if batch and int(sl.min()) < query_len:
+        raise ValueError(f"seq_lens: every length must be >= query_len ({query_len}), got {int(sl.min())}")
+    num_pages = min(bt.shape[1], MAX_PAGES)
+    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(0, num_pages)
+    cols = torch.arange(bt.shape[1])
+    touched = cols[None, :] < read[:, None]
+    bad = touched & ((bt < 0) | (bt >= kc.shape[0]))
+    if bool(bad.any()):
+        b, j = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})")
+    return DecodeInputs(q, kc, bt, sl, query_len)
+
+
+def check_cp(cp) -> int:
+    """CP must be one of {1, 2, 4, 8}."""
+    return check_int("cp", cp, allowed=SUPPORTED_CP)
+
