@@ -160,7 +160,8 @@ def make_case(
     q, k_cache, hot = _build(gen, pattern, batch * query_len, heads, blocks)
     cold = blocks - hot
     if cold >= width:
-        table = torch.stack([torch.randperm(cold, generator=gen)[:width] for _ in range(batch)])
+        rows = [torch.randperm(cold, generator=gen)[:width] for _ in range(batch)]
+        table = torch.stack(rows) if rows else torch.zeros((0, width), dtype=torch.int64)
     else:
         table = torch.randint(0, cold, (batch, width), generator=gen)
     table = table + hot

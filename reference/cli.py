@@ -31,8 +31,9 @@ def _fmt_keys(keys: torch.Tensor) -> str:
     return " ".join(cells) if cells else "(none)"
 
 
-def explain(case: Case, row: int, head: int, cp: int, file=sys.stdout) -> bool:
+def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
     """Print what one (row, head) saw on every simulated rank; return True if CP == full."""
+    file = file or sys.stdout
     out, trace = cp_decode(*case.args(), cp=cp, trace=True)
     full = full_decode(*case.args())
     rows, heads = out.shape[:2]
@@ -83,8 +84,9 @@ def _make_case(args) -> int:
     return 0
 
 
-def demo(file=sys.stdout) -> bool:
+def demo(file=None) -> bool:
     """Reference-only demo: CP (every size) vs the full oracle on a mixed synthetic workload."""
+    file = file or sys.stdout
     lens = [seq_len_for(p, 5) for p in (0, 15, 16, 17, 129, 1000, 2049, 4096)]
     print(f"{'query_len':>9} {'pattern':>9} {'cp':>3} {'rows':>5} {'agree':>6} {'full s':>7} {'cp s':>7}", file=file)
     ok = True

@@ -1,0 +1,83 @@
+"""Hypothesis strategies that draw decode *configurations* (never megabyte arrays).
+
+A configuration is a handful of integers and names; ``DecodeConfig.build()`` turns it into
+tensors with the shared case builders, so a shrunk failure prints as one readable line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from hypothesis import strategies as st
+
+from reference.cases import PATTERNS, Case, make_case
+from reference.constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
+
+SMALL_EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129)
+EDGE_OFFSETS = (-1, 0, 1, 127)  # tokens past a page boundary (see reference.cases.seq_len_for)
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """One decode example: everything needed to rebuild its tensors."""
+
+    seed: int
+    cp: int
+    heads: int
+    query_len: int
+    seq_lens: tuple[int, ...]
+    table_width: int
+    pattern: str
+    extra_width: int = 0  # compact width beyond ceil(P / CP) + 1, as a wider first plan leaves
+
+    def build(self) -> Case:
+        return make_case(
+            self.seed,
+            list(self.seq_lens),
+            query_len=self.query_len,
+            heads=self.heads,
+            pattern=self.pattern,
+            table_width=self.table_width,
+            name=repr(self),
+        )
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@st.composite
+def seq_lens(draw, query_len: int, max_pages: int):
+    """Lengths biased to page boundaries and the 16-page switch; each >= query_len."""
+    batch = draw(st.integers(1, 3))
+    out = []
+    for _ in range(batch):
+        pages = draw(st.one_of(st.sampled_from(SMALL_EDGE_PAGES), st.integers(0, max_pages)))
+        offset = draw(st.one_of(st.sampled_from(EDGE_OFFSETS), st.integers(0, PAGE - 1)))
+        out.append(max(query_len, pages * PAGE + 1 + offset))
+    return tuple(out)
+
+
+@st.composite
+def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS):
+    """CP and head layouts, query lengths, lengths, and tables that fit, are narrower than
+    the history (lengths past the table) or wider than it."""
+    query_len = draw(st.integers(1, MAX_QUERY_LEN))
+    lens = draw(seq_lens(query_len, max_pages))
+    fit = max(1, max(-(-n // PAGE) for n in lens))
+    table = draw(st.sampled_from(["fit", "narrow", "wide"]))
+    if table == "narrow":
+        width = draw(st.integers(1, fit))
+    elif table == "wide":
+        width = fit + draw(st.integers(1, 20))
+    else:
+        width = fit
+    return DecodeConfig(
+        seed=draw(st.integers(0, 2**31 - 1)),
+        cp=draw(st.sampled_from(SUPPORTED_CP)),
+        heads=draw(st.sampled_from(SUPPORTED_HEADS)),
+        query_len=query_len,
+        seq_lens=lens,
+        table_width=width,
+        pattern=draw(st.sampled_from(patterns)),
+        extra_width=draw(st.sampled_from([0, 0, 1, 7])),
+    )
