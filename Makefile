@@ -16,7 +16,8 @@ export NCCL_NVLS_ENABLE := 0
 export NVSHMEM_DISABLE_NVLS := 1
 
 # CPU wheels: torch 2.13.0 is a local CPU build; anything newer would pull GBs of CUDA wheels.
-PINS := torch==2.13.0 triton==3.6.0 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
+# numpy: the Triton interpreter runs kernels on it.
+PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
 
 .PHONY: test demo env clean
 env: $(ENV)
