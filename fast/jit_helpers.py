@@ -1,0 +1,153 @@
+"""Triton device helpers shared by the kernels: keys, the two-level top-16, peers, spins.
+
+Every helper runs unchanged on a GPU and under the interpreter; where the interpreter's
+arithmetic differs from the GPU's (fma), a constexpr switches to an exact emulation.
+"""
+
+import triton
+import triton.language as tl
+
+TOPK: tl.constexpr = 16
+RANKED: tl.constexpr = 15
+KEY_EXACT: tl.constexpr = 0  # 1 << 48 | ordered(score) << 16 | (0xFFFF - page)
+KEY_STOCK: tl.constexpr = 1  # q16 << 16 | (0xFFFF - page)
+
+# Device error codes (an int32 flag per process; the host reads it in check()).
+ERR_Q_TIMEOUT = 1  # the q exchange never completed: a peer's query never arrived
+ERR_MERGE_TIMEOUT = 2  # a peer's candidates never arrived
+
+
+@triton.jit
+def pdl_wait(PDL: tl.constexpr):
+    """Wait for the producer grid (PDL); a no-op where PDL is off (interpreter)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+
+
+@triton.jit
+def pdl_release(PDL: tl.constexpr):
+    """Let the dependent grid launch early (PDL); a no-op where PDL is off."""
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def peer_ptr(ptrs, rank, DTYPE: tl.constexpr):
+    """Rank `rank`'s buffer as a typed pointer, from an int64 array of peer addresses."""
+    return tl.load(ptrs + rank).to(tl.pointer_type(DTYPE))
+
+
+@triton.jit
+def fmaf(a, b, c, EMULATE: tl.constexpr):
+    """fp32 ``a * b + c`` with one rounding. The interpreter's fma rounds twice, so there it
+    is emulated: the float64 product is exact, TwoSum gives the sum's error, and rounding
+    the sum to odd makes the final float64 -> float32 rounding exact (53 >= 2 * 24 + 2)."""
+    if EMULATE:
+        p = a.to(tl.float64) * b.to(tl.float64)
+        c64 = c.to(tl.float64)
+        s = p + c64
+        bv = s - p
+        err = (p - (s - bv)) + (c64 - bv)
+        bits = s.to(tl.int64, bitcast=True)
+        away_from_zero = (err > 0) == (s > 0)
+        fix = (err != 0) & ((bits & 1) == 0)
+        bits = tl.where(fix, bits + tl.where(away_from_zero, 1, -1), bits)
+        return bits.to(tl.float64, bitcast=True).to(tl.float32)
+    else:
+        return tl.fma(a, b, c)
+
+
+@triton.jit
+def row_keys(row_ptr, j, n, KIND: tl.constexpr, CP: tl.constexpr, RANK: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr):
+    """Keys of score columns ``j`` (any shape) of one row; 0 where ``j >= n``.
+
+    Page of column j is ``j * CP + RANK``. KEY_EXACT: ``1 << 48 | ordered << 16 |
+    (0xFFFF - page)``; KEY_STOCK: ``q16 << 16 | (0xFFFF - page)`` with
+    ``q16 = min(uint(fmaf(v, scale, bias)), 65535)``. Valid keys are > 0 either way.
+    """
+    valid = j < n
+    page = (j * CP + RANK).to(tl.int64)
+    score = tl.load(row_ptr + j, mask=valid, other=0.0)
+    if KIND == KEY_EXACT:
+        bits = score.to(tl.uint32, bitcast=True)
+        ordered = bits ^ tl.where((bits >> 31) != 0, 0xFFFFFFFF, 0x80000000).to(tl.uint32)
+        key = (1 << 48) | (ordered.to(tl.int64) << 16) | (0xFFFF - page)
+    else:
+        # Clamp before converting: CUDA's cvt.rzi.u32 saturates, numpy's cast does not.
+        # (A valid row never needs it: its values map into [1, 65535.5].)
+        t = tl.minimum(tl.maximum(fmaf(score, scale, bias, EMULATE_FMA), 0.0), 65535.0)
+        key = (t.to(tl.int64) << 16) | (0xFFFF - page)
+    return tl.where(valid, key, 0)
+
+
+@triton.jit
+def best16(keys):
+    """The 16 largest of a 1-D block of keys, descending. Valid keys are unique, so taking
+    the maximum and clearing it 16 times is exact (repeated 0s are "no page" anyway).
+    Cheaper than tl.topk's sort on a GPU for 16 of ~1K, and ~50x cheaper in the interpreter."""
+    k = tl.arange(0, TOPK)
+    best = tl.zeros([TOPK], dtype=keys.dtype)
+    for it in tl.static_range(TOPK):
+        m = tl.max(keys, axis=0)
+        best = tl.where(k == it, m, best)
+        keys = tl.where(keys == m, 0, keys)
+    return best
+
+
+@triton.jit
+def top16(
+    row_ptr,
+    n,
+    KIND: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    scale,
+    bias,
+    EMULATE_FMA: tl.constexpr,
+    CHUNK: tl.constexpr,
+    NUM_GROUPS: tl.constexpr,
+    GROUP: tl.constexpr,
+):
+    """The 16 largest keys of columns ``j < n`` of a row, descending (0 = no page).
+
+    Rows up to CHUNK columns take one select. Longer rows take two: the 16 groups of GROUP
+    columns with the largest maxima, then the top 16 of their members. Exact: a top-16 key
+    outside the kept groups would be beaten by 16 distinct group maxima.
+    """
+    if n <= CHUNK:
+        best = best16(row_keys(row_ptr, tl.arange(0, CHUNK), n, KIND, CP, RANK, scale, bias, EMULATE_FMA))
+    else:
+        g = tl.arange(0, NUM_GROUPS)
+        s = tl.arange(0, GROUP)
+        keys = row_keys(row_ptr, g[:, None] * GROUP + s[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
+        top_g = best16(tl.max(keys, axis=1))
+        column = ((0xFFFF - (top_g & 0xFFFF)) - RANK) // CP
+        # Key 0 (an empty group) maps past the row, where every key is 0 again.
+        grp = tl.where(top_g > 0, column // GROUP, NUM_GROUPS)
+        cand = row_keys(row_ptr, grp[:, None] * GROUP + s[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
+        best = best16(tl.reshape(cand, [TOPK * GROUP]))
+    return best
+
+
+@triton.jit
+def keys_to_pages(keys):
+    """Page id of each key (low 16 bits hold 0xFFFF - page); -1 for key 0."""
+    return tl.where(keys > 0, 0xFFFF - (keys & 0xFFFF), -1).to(tl.int32)
+
+
+@triton.jit
+def short_row(k, own):
+    """Output of a row with own + 1 <= 16: ``[0..own, -1, ...]``."""
+    return tl.where(k <= own, k, -1)
+
+
+@triton.jit
+def has_ff_byte(words):
+    """True if any byte of these int32 words is 0xFF (an unwritten E4M3 query byte)."""
+    ff = (
+        ((words & 0xFF) == 0xFF)
+        | (((words >> 8) & 0xFF) == 0xFF)
+        | (((words >> 16) & 0xFF) == 0xFF)
+        | (((words >> 24) & 0xFF) == 0xFF)
+    )
+    return tl.max(ff.to(tl.int32), axis=0) > 0

@@ -1,0 +1,148 @@
+"""The Q8KV4 decode page scorer in Triton, honoring DESIGN.md §4 exactly.
+
+One program scores one request's block of pages: it dequantizes a page's NVFP4 codes
+through a per-scale table of E4M3 values (exact; no fp8 conversion in the kernel, which the
+interpreter gets wrong), and multiplies with 16-bit operands and fp32 accumulators (Hopper's
+FP8 MMA does not accumulate in fp32): 128 tokens on M, the 8 * Hs query rows on N.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from reference.constants import CODE_BYTES, HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
+from reference.nvfp4 import dequant_table
+
+from .jit_helpers import pdl_wait
+
+_PAGE: tl.constexpr = PAGE
+_PAGE_BYTES: tl.constexpr = PAGE_BYTES
+_CODE_BYTES: tl.constexpr = CODE_BYTES
+
+
+@functools.cache
+def dequant_lut(device: str) -> torch.Tensor:
+    """fp16 ``[256 * 16]``: entry ``scale_byte * 16 + code`` is ``e4m3(e2m1(code) * scale)``.
+
+    Built once per device by torch's (correct) conversion; every E4M3 value is exact in fp16.
+    """
+    return dequant_table().to(torch.float16).reshape(-1).contiguous().to(device)
+
+
+@triton.jit
+def _score_kernel(
+    q_ptr,  # uint8 [.., B, 8, HS, 128] query tile (E4M3 bytes); offset by q_sel below
+    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_set_stride,  # bytes between tile sets (0 where there is one)
+    k_ptr,  # uint8 [N, 9216] pages
+    bt_ptr,  # int32 [B, W]
+    lens_ptr,  # int32 [B]
+    out_ptr,  # fp32 [B, 8 * HS, W]
+    lut_ptr,  # fp16 [256 * 16]
+    W,
+    stride_bt,
+    stride_ob,
+    stride_or,
+    HS: tl.constexpr,
+    ROWS: tl.constexpr,  # 8 * HS rounded up to a power of two >= 16 (the MMA's N)
+    V: tl.constexpr,  # pages per program, as a leading tensor dimension
+    PDL: tl.constexpr,
+):
+    b = tl.program_id(0)
+    first = tl.program_id(1) * V
+    pdl_wait(PDL)
+    length = tl.load(lens_ptr + b)
+    # Pages scored: min((len - 1) // 128, W); stored per row below own(slot). Written
+    # without negative division (C and numpy round it differently).
+    n = tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+    if first < n:
+        r = tl.arange(0, ROWS)
+        slot_len = length - 8 + r // HS
+        own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
+        d = tl.arange(0, 128)
+        tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
+        qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
+        q = qb.to(tl.float8e4nv, bitcast=True).to(tl.float16)  # exact
+        qt = tl.broadcast_to(tl.trans(q)[None, :, :], [V, 128, ROWS])
+        v = tl.arange(0, V)
+        j = first + v  # [V] page columns
+        live = j < n
+        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j, mask=live, other=0).to(tl.int64)
+        base = k_ptr + page * _PAGE_BYTES  # [V]
+        t = tl.arange(0, 128)
+        i = tl.arange(0, 64)
+        byte = t[:, None] * 64 + i[None, :]  # [128 tokens, 64 code bytes]
+        group = _CODE_BYTES + t[:, None] * 8 + i[None, :] // 8
+        codes = tl.load(base[:, None, None] + byte[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+        scales = tl.load(base[:, None, None] + group[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+        lo = tl.load(lut_ptr + scales * 16 + (codes & 15))
+        hi = tl.load(lut_ptr + scales * 16 + (codes >> 4))
+        k = tl.reshape(tl.join(lo, hi), [V, 128, 128])  # element 2i: low nibble, 2i + 1: high
+        dots = tl.dot(k, qt, out_dtype=tl.float32)  # [V, 128 tokens, ROWS]
+        best = tl.max(dots, axis=1) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
+        dst = out_ptr + b.to(tl.int64) * stride_ob + r[None, :] * stride_or + j[:, None]
+        keep = live[:, None] & (r[None, :] < 8 * HS) & (j[:, None] < own[None, :])
+        tl.store(dst, best, mask=keep)
+
+
+def score_pages(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    q_sel: torch.Tensor | None = None,
+    q_set_stride: int = 0,
+    pdl: bool = False,
+    pages_per_program: int | None = None,
+) -> torch.Tensor:
+    """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
+
+    q_tile: float8_e4m3fn or uint8 ``[B, 8, Hs, 128]`` (contiguous); k_cache: uint8
+    ``[N, 128, 72]``; block_table: int32 ``[B, W]``; lens: int32 ``[B]``; out: float32
+    ``[B, 8 * Hs, W]`` (rows contiguous). Stores column j of row (slot, head) for
+    ``j < min((len - 1) // 128, W)`` and ``j < (len - 8 + slot) // 128``; nothing else.
+    q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
+    CP path's double-buffered tiles); by default the tile itself.
+    """
+    batch, slots, hs, dim = q_tile.shape
+    width = block_table.shape[1]
+    if slots != SLOTS or dim != HEAD_DIM:
+        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
+    if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32 or out.stride(2) != 1:
+        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}] with unit column stride")
+    if batch == 0 or width == 0:
+        return out
+    device = q_tile.device
+    if q_sel is None:
+        q_sel = torch.zeros(1, dtype=torch.int64, device=device)
+    rows = max(16, triton.next_power_of_2(SLOTS * hs))
+    # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
+    # per op there. On a GPU one page per program keeps the tile in registers.
+    v = pages_per_program or (1 if device.type == "cuda" else 16)
+    grid = (batch, triton.cdiv(width, v))
+    _score_kernel[grid](
+        q_tile.view(torch.uint8),
+        q_sel,
+        q_set_stride,
+        k_cache.view(-1, PAGE_BYTES),
+        block_table,
+        lens,
+        out,
+        dequant_lut(str(device)),
+        width,
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        HS=hs,
+        ROWS=rows,
+        V=v,
+        PDL=pdl,
+    )
+    return out
+

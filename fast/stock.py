@@ -1,0 +1,149 @@
+"""The stock (non-CP) decode of one rank's heads: q into the 8-slot tile, score the whole
+table, rank by MiniMax's 16-bit key (DESIGN.md §5). It is what CP replaces and falls back to.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
+
+from . import checks
+from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, short_row, top16
+from .scorer import score_pages
+from .select_shape import SelectShape
+
+_SLOTS: tl.constexpr = SLOTS
+_TOPK: tl.constexpr = TOPK
+
+
+@triton.jit
+def _q_to_tile_kernel(
+    q_ptr,  # int32 [rows, HS * 32]: this rank's heads, E4M3 bytes as words
+    tile_ptr,  # int32 [B, 8, HS, 32]
+    HS: tl.constexpr,
+    QLEN: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Row t = (b, i) goes to slot 8 - QLEN + i of request b."""
+    pdl_wait(PDL)
+    t = tl.program_id(0)
+    b = t // QLEN
+    slot = (_SLOTS - QLEN) + t % QLEN
+    w = tl.arange(0, HS * 32)
+    tl.store(tile_ptr + (b * _SLOTS + slot) * (HS * 32) + w, tl.load(q_ptr + t * (HS * 32) + w))
+
+
+@triton.jit
+def _stock_topk_kernel(
+    score_ptr,  # fp32 [B, 8 * HS, W]
+    seq_lens_ptr,  # int32 [B]
+    out_ptr,  # int32 [rows, HS, 16]
+    P,  # pages the table holds
+    stride_sb,
+    stride_sr,
+    HS: tl.constexpr,
+    QLEN: tl.constexpr,
+    CHUNK: tl.constexpr,
+    NUM_GROUPS: tl.constexpr,
+    GROUP: tl.constexpr,
+    EMULATE_FMA: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15."""
+    pdl_wait(PDL)
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    b = t // QLEN
+    i = t % QLEN
+    slot = (_SLOTS - QLEN) + i
+    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // 128
+    k = tl.arange(0, _TOPK)
+    dst = out_ptr + (t * HS + h) * _TOPK + k
+    if own + 1 <= _TOPK:
+        tl.store(dst, short_row(k, own))
+    else:
+        n = tl.minimum(own, P)
+        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
+        lo = float("inf")
+        hi = float("-inf")
+        # A while loop: the interpreter cannot range() over a bound mixed from an argument.
+        start = 0
+        while start < n:
+            j = start + tl.arange(0, CHUNK)
+            v = tl.load(row_ptr + j, mask=j < n, other=0.0)
+            lo = tl.minimum(lo, tl.min(tl.where(j < n, v, float("inf")), axis=0))
+            hi = tl.maximum(hi, tl.max(tl.where(j < n, v, float("-inf")), axis=0))
+            start += CHUNK
+        span = hi - lo
+        scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
+        bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
+        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, NUM_GROUPS, GROUP)
+        tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
+
+
+class StockDecode:
+    """One rank's stock decode for its ``heads`` index heads (per-process, per-layer-free).
+
+    plan() once per step (fixes the score width at the first call), forward() per layer.
+    Buffers are per batch size, so forward is CUDA-graph safe between plans.
+    """
+
+    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
+        self.heads = heads
+        self.max_reqs = max_reqs
+        self.device = torch.device(device)
+        self.pdl = pdl
+        self.width = 0  # score columns, fixed by the first plan
+        self.shape: SelectShape | None = None
+        self._tiles: dict[int, torch.Tensor] = {}
+        self._scores: dict[int, torch.Tensor] = {}
+        self.block_table: torch.Tensor | None = None
+        self.seq_lens: torch.Tensor | None = None
+
+    def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> None:
+        """Record this step's table and lengths. block_table: int32 [B, P_table];
+        seq_lens: int32 [B]. No host sync."""
+        batch = checks.plan_inputs(block_table, seq_lens, self.max_reqs, self.device)
+        width = min(block_table.shape[1], MAX_PAGES)
+        if self.width == 0:
+            self.width = width
+            self.shape = SelectShape.for_width(width)
+        checks.table_not_wider(width, self.width)
+        if batch not in self._tiles:
+            self._tiles[batch] = torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
+            self._scores[batch] = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
+        self.block_table = block_table
+        self.seq_lens = seq_lens
+
+    def forward(self, index_q: torch.Tensor, k_cache: torch.Tensor, out: torch.Tensor, query_len: int) -> torch.Tensor:
+        """index_q: float8_e4m3fn [B * q, heads, 128]; k_cache: uint8 [N, 128, 72];
+        out: int32 [B * q, heads, 16]. Returns out."""
+        batch = self.seq_lens.shape[0]
+        checks.forward_inputs(index_q, k_cache, out, query_len, batch, self.heads, self.device)
+        rows = batch * query_len
+        if rows == 0:
+            return out
+        tile, scores = self._tiles[batch], self._scores[batch]
+        width = min(self.block_table.shape[1], MAX_PAGES)
+        _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, PDL=self.pdl)
+        score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl)
+        shape = self.shape
+        _stock_topk_kernel[(rows, self.heads)](
+            scores,
+            self.seq_lens,
+            out,
+            width,
+            scores.stride(0),
+            scores.stride(1),
+            HS=self.heads,
+            QLEN=query_len,
+            CHUNK=shape.chunk,
+            NUM_GROUPS=shape.num_groups,
+            GROUP=shape.group,
+            EMULATE_FMA=self.device.type != "cuda",
+            PDL=self.pdl,
+        )
+        return out
