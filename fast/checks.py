@@ -56,3 +56,11 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
     _tensor("out", out, torch.int32, 3, device)
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
+
+
+def positive_int(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name}: must be >= 1, got {value}")
+    return value

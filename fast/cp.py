@@ -1,0 +1,177 @@
+"""Per-process CP decode state (DESIGN.md §6): layers' symmetric buffers, per-batch-size
+plans, and the per-layer forward. One object per rank; every call that allocates is
+collective (same order on every rank).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
+from reference.cp import HeadLayout, compact_width
+
+from . import checks
+from .cp_kernels import compact_table_kernel, finish_step_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
+from .scorer import score_pages
+from .select_shape import MAX_CHUNK, SelectShape
+from .symm import Symmetric, SymmetricTensor
+
+log = logging.getLogger(__name__)
+
+# Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
+# defaults give a missing peer well over ten seconds before it is declared lost.
+DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
+_FINISH_BLOCK = 1024
+
+
+class PeerTimeoutError(RuntimeError):
+    """A spin gave up: a peer never delivered its queries or candidates."""
+
+
+@dataclass
+class CPLayer:
+    """One sparse layer's symmetric buffers (two sets each) and its step parity.
+
+    tile: int32 words, 2 x [max_reqs, 8, H, 32]; recv: int64, 2 x [CP, rows_max, Hr, 16];
+    parity: int64 [1], the set this layer's next step uses.
+    """
+
+    tile: SymmetricTensor
+    recv: SymmetricTensor
+    parity: torch.Tensor
+
+
+@dataclass
+class CPPlan:
+    """Per padded batch size: the compact table and lengths, and the compact scores."""
+
+    batch: int
+    block_table: torch.Tensor  # int32 [B, W]
+    score_lens: torch.Tensor  # int32 [B]
+    seq_lens: torch.Tensor  # int32 [B], the real lengths
+    n_local: torch.Tensor  # int32 [B]
+    scores: torch.Tensor  # fp32 [B, 8 * H, W]
+
+
+class IndexerDecodeCP:
+    """CP decode of ``heads`` index heads over ``symm.world`` ranks.
+
+    Rank r scores pages ``j * CP + r`` for all heads and owns heads
+    ``[(r // R) * Hr, (r // R + 1) * Hr)`` (Hr = max(1, H / CP), R = max(1, CP / H)).
+    """
+
+    def __init__(self, *, heads: int, max_reqs: int, symm: Symmetric, spin_limit: int | None = None, pdl: bool = False, max_chunk: int = MAX_CHUNK):
+        cp = symm.world
+        if cp not in SUPPORTED_CP:
+            raise ValueError(f"cp: world size must be one of {SUPPORTED_CP}, got {cp}")
+        if heads not in SUPPORTED_HEADS:
+            raise ValueError(f"heads: must be one of {SUPPORTED_HEADS}, got {heads}")
+        checks.positive_int("max_reqs", max_reqs)
+        self.cp, self.rank, self.heads = cp, symm.rank, heads
+        self.layout = HeadLayout(cp, heads)
+        self.owned = self.layout.heads_of(self.rank)
+        self.symm = symm
+        self.device = symm.device
+        self.max_reqs = max_reqs
+        self.rows_max = max_reqs * SLOTS
+        self.spin_limit = spin_limit or DEFAULT_SPIN_LIMIT[self.device.type]
+        self.pdl = pdl
+        self.max_chunk = max_chunk
+        self.width = 0  # compact width W, fixed by the first plan
+        self.shape: SelectShape | None = None
+        self.error = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self._tile_words = max_reqs * SLOTS * heads * HEAD_DIM // 4
+        self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
+        self._plans: dict[int, CPPlan] = {}
+
+    def new_layer(self) -> CPLayer:
+        """Collective: every rank builds its layers in the same order."""
+        tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
+        recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
+        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device))
+
+    def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> CPPlan:
+        """Once per step, outside CUDA-graph capture; no host sync.
+
+        block_table: int32 [B, P_table]; seq_lens: int32 [B] (each >= query_len).
+        The compact width ``W = ceil(P / CP) + 1`` is fixed by the first plan; a later table
+        may be narrower, never wider.
+        """
+        batch = checks.plan_inputs(block_table, seq_lens, self.max_reqs, self.device)
+        pages = min(block_table.shape[1], MAX_PAGES)
+        width = compact_width(pages, self.cp)
+        if self.width == 0:
+            self.width = width
+            self.shape = SelectShape.for_width(width, self.max_chunk)
+        checks.table_not_wider(width, self.width)
+        p = self._plans.get(batch)
+        if p is None:
+            i32 = dict(dtype=torch.int32, device=self.device)
+            p = self._plans[batch] = CPPlan(
+                batch=batch,
+                block_table=torch.empty(batch, self.width, **i32),
+                score_lens=torch.empty(batch, **i32),
+                seq_lens=torch.empty(batch, **i32),
+                n_local=torch.empty(batch, **i32),
+                scores=torch.empty(batch, SLOTS * self.heads, self.width, device=self.device),
+            )
+        if batch:
+            compact_table_kernel[(batch,)](
+                block_table, seq_lens, p.block_table, p.score_lens, p.seq_lens, p.n_local,
+                pages, block_table.stride(0),
+                W=self.width, CP=self.cp, RANK=self.rank, BLOCK=min(1024, triton.next_power_of_2(self.width)),
+            )  # fmt: skip
+        return p
+
+    def forward(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, k_cache: torch.Tensor, out: torch.Tensor, query_len: int) -> torch.Tensor:
+        """One layer's CP decode for this rank's heads.
+
+        index_q: float8_e4m3fn [B * q, Hr, 128] (this rank's heads); k_cache: uint8
+        [N, 128, 72]; out: int32 [B * q, Hr, 16]. Returns out. Every rank must call it for
+        the same layer and plan; a rank that does not is reported by check() on the others.
+        """
+        hr = self.layout.heads_per_rank
+        checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, hr, self.device)
+        rows = plan.batch * query_len
+        if rows == 0:
+            return out
+        common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, PDL=self.pdl)
+        q_exchange_kernel[(rows,)](
+            index_q.view(torch.int32), layer.tile.ptrs, layer.parity, self.error,
+            self._tile_words, self.spin_limit,
+            H=self.heads, HR=hr, HEAD0=self.owned.start, **common,
+        )  # fmt: skip
+        tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
+        score_pages(
+            tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
+            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl,
+        )  # fmt: skip
+        s = self.shape
+        push_kernel[(rows, self.heads)](
+            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error,
+            self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),
+            H=self.heads, HR=hr, R=self.layout.replicas,
+            CHUNK=s.chunk, NUM_GROUPS=s.num_groups, GROUP=s.group, **common,
+        )  # fmt: skip
+        merge_kernel[(rows,)](
+            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out,
+            self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
+            H=self.heads, HR=hr, **common,
+        )  # fmt: skip
+        n = out.numel()
+        finish_step_kernel[(triton.cdiv(n, _FINISH_BLOCK),)](layer.parity, self.error, out, n, BLOCK=_FINISH_BLOCK, PDL=self.pdl)
+        return out
+
+    def check(self) -> None:
+        """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it
+        where a sync is acceptable, e.g. every N steps). The flag stays set: after a timeout
+        the layers' buffers hold stale data, so rebuild the state before going on."""
+        code = int(self.error.item())
+        if code:
+            what = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}.get(code, f"code {code}")
+            raise PeerTimeoutError(f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived")

@@ -1,0 +1,230 @@
+"""The CP protocol's kernels (DESIGN.md §6): compact table, q exchange, local top-16 + push,
+merge, and the step flip that makes back-to-back steps safe.
+
+Symmetric buffers come as int64 arrays of every rank's base address; each layer has two
+buffer sets, and ``parity`` (a device scalar flipped at the end of every forward) says which
+one this step uses. A peer that runs one step ahead therefore writes into the other set: it
+can never overwrite a tile this rank is still scoring, nor have its q erased by this rank's
+re-arm. It cannot get two steps ahead, because its next exchange waits for this rank's q.
+Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
+later kernels write -1 rows, and the host raises in ``check()``.
+"""
+
+import triton
+import triton.language as tl
+
+from reference.constants import PAGE, SLOTS, TOPK
+
+from .jit_helpers import (
+    ERR_MERGE_TIMEOUT,
+    ERR_Q_TIMEOUT,
+    KEY_EXACT,
+    RANKED,
+    best16,
+    has_ff_byte,
+    keys_to_pages,
+    pdl_release,
+    pdl_wait,
+    peer_ptr,
+    short_row,
+    top16,
+)
+
+_PAGE: tl.constexpr = PAGE
+_SLOTS: tl.constexpr = SLOTS
+_TOPK: tl.constexpr = TOPK
+_WORDS: tl.constexpr = 32  # int32 words per 128-byte query row
+_ERR_Q: tl.constexpr = ERR_Q_TIMEOUT
+_ERR_MERGE: tl.constexpr = ERR_MERGE_TIMEOUT
+
+
+@triton.jit
+def compact_table_kernel(
+    bt_ptr,  # int32 [B, P_table]
+    seq_lens_ptr,  # int32 [B]
+    cbt_ptr,  # int32 [B, W] out: compact page j -> global page j * CP + RANK
+    score_lens_ptr,  # int32 [B] out: n_local * 128 + 8, the length the scorer is handed
+    seq_out_ptr,  # int32 [B] out: the real lengths, in a buffer stable across steps
+    n_local_ptr,  # int32 [B] out: pages this rank scores (the local top-16's bound)
+    P,
+    stride_bt,
+    W: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The length is a deliberate lie: n_local * 128 + 8 puts all 8 slots one page past the
+    chunk, so the scorer stores every owned page for every slot. W - 1 >= n_local keeps that
+    invented page addressable. The real causal cut comes back in the push."""
+    b = tl.program_id(0)
+    seq = tl.load(seq_lens_ptr + b)
+    tl.store(seq_out_ptr + b, seq)
+    hist = tl.where(seq >= 1, tl.minimum((seq - 1) // _PAGE, P), 0)
+    n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)
+    tl.store(n_local_ptr + b, n_local)
+    tl.store(score_lens_ptr + b, n_local * _PAGE + _SLOTS)
+    for start in tl.static_range(0, W, BLOCK):
+        j = start + tl.arange(0, BLOCK)
+        src = tl.minimum(j * CP + RANK, P - 1)
+        v = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + src, mask=j < W)
+        tl.store(cbt_ptr + b.to(tl.int64) * W + j, v, mask=j < W)
+
+
+@triton.jit
+def q_exchange_kernel(
+    q_ptr,  # int32 [rows, HR * 32]: this rank's heads (E4M3 bytes as words)
+    tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
+    parity_ptr,  # int64 [1]
+    err_ptr,  # int32 [1]
+    set_words,
+    spin_limit,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    HEAD0: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Store this rank's heads into every rank's tile (slot 8 - QLEN + i), then wait until
+    this rank's own tile row holds no 0xFF byte. It must not release its dependent early:
+    the scorer after it reads the whole tile."""
+    pdl_wait(PDL)  # for index_q's producer
+    t = tl.program_id(0)
+    b = t // QLEN
+    slot = (_SLOTS - QLEN) + t % QLEN
+    base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+    w = tl.arange(0, _WORDS)
+    for hl in tl.static_range(HR):
+        row = tl.load(q_ptr + (t * HR + hl) * _WORDS + w)
+        for dst in tl.static_range(CP):
+            tl.store(peer_ptr(tile_ptrs, dst, tl.int32) + base + (HEAD0 + hl) * _WORDS + w, row)
+    hw = tl.arange(0, H * _WORDS)
+    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + hw
+    pending = has_ff_byte(tl.load(local, volatile=True))
+    spins = 0
+    while pending & (spins < spin_limit):
+        pending = has_ff_byte(tl.load(local, volatile=True))
+        spins += 1
+    if pending:
+        tl.store(err_ptr, _ERR_Q)
+
+
+@triton.jit
+def push_kernel(
+    score_ptr,  # fp32 [B, 8 * H, W] compact scores (row slot * H + head)
+    seq_lens_ptr,  # int32 [B]
+    n_local_ptr,  # int32 [B]
+    recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
+    parity_ptr,  # int64 [1]
+    err_ptr,  # int32 [1]
+    rows_max,
+    set_elems,
+    stride_sb,
+    stride_sr,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    R: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    CHUNK: tl.constexpr,
+    NUM_GROUPS: tl.constexpr,
+    GROUP: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
+    stored into slot RANK of every owner's candidates. Releasing the merge right after its
+    own wait means: when the merge runs, the scorer has finished reading the q tile."""
+    pdl_wait(PDL)
+    pdl_release(PDL)
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    b = t // QLEN
+    i = t % QLEN
+    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    # After an exchange timeout this rank's scores are garbage: push nothing, so the owners
+    # time out too rather than merge it.
+    if (own + 1 > _TOPK) & (tl.load(err_ptr) == 0):
+        # The causal cut the lying length dropped, bounded by what the scorer stored (a
+        # length past the table ranks the P pages it holds and reads no unwritten column).
+        n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, tl.load(n_local_ptr + b))
+        slot = (_SLOTS - QLEN) + i
+        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
+        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, NUM_GROUPS, GROUP)
+        k = tl.arange(0, _TOPK)
+        off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
+        for rep in tl.static_range(R):
+            tl.store(peer_ptr(recv_ptrs, (h // HR) * R + rep, tl.int64) + off, best)
+
+
+@triton.jit
+def merge_kernel(
+    seq_lens_ptr,  # int32 [B]
+    recv_ptrs,  # int64 [CP]
+    tile_ptrs,  # int64 [CP]
+    parity_ptr,  # int64 [1]
+    err_ptr,  # int32 [1]
+    out_ptr,  # int32 [rows, HR, 16]
+    rows_max,
+    set_elems,
+    set_words,
+    spin_limit,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Per row: short rows write [0..own, -1...]; long rows poll until none of the CP * 16
+    candidates is -1, take the best 15, put own in slot 15 and reset the candidates to -1.
+    Then re-arm the row's tile slot to 0xFF. Launched once every push program has started,
+    so polling never blocks a push."""
+    t = tl.program_id(0)
+    b = t // QLEN
+    i = t % QLEN
+    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    k = tl.arange(0, _TOPK)
+    parity = tl.load(parity_ptr)
+    if own + 1 <= _TOPK:
+        for hl in tl.static_range(HR):
+            tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
+        pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
+    else:
+        recv = peer_ptr(recv_ptrs, RANK, tl.int64) + parity * set_elems
+        p = tl.arange(0, CP)
+        for hl in tl.static_range(HR):
+            off = ((p[:, None] * rows_max + t) * HR + hl) * _TOPK + k[None, :]
+            keys = tl.load(recv + off, volatile=True)
+            pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
+            # An error already raised on this rank: its peers will time out, do not wait.
+            spins = tl.where(tl.load(err_ptr) != 0, spin_limit, 0)
+            while pending & (spins < spin_limit):
+                keys = tl.load(recv + off, volatile=True)
+                pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
+                spins += 1
+            dst = out_ptr + (t * HR + hl) * _TOPK + k
+            if pending:
+                tl.store(err_ptr, _ERR_MERGE)
+                tl.store(dst, tl.full([_TOPK], -1, tl.int32))
+            else:
+                best = best16(tl.reshape(keys, [CP * _TOPK]))
+                tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
+            tl.store(recv + off, tl.full([CP, _TOPK], -1, tl.int64))
+    hw = tl.arange(0, H * _WORDS)
+    tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
+    tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
+
+
+@triton.jit
+def finish_step_kernel(parity_ptr, err_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """The last kernel of a forward. If any spin of this process timed out, every output
+    entry is -1 (a row merged before the timeout may still be missing a peer's candidates).
+    Program 0 flips the parity: the layer's next step uses the other buffer set."""
+    pdl_wait(PDL)
+    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if tl.load(err_ptr) != 0:
+        tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
+    if tl.program_id(0) == 0:
+        tl.store(parity_ptr, 1 - tl.load(parity_ptr))

@@ -1,0 +1,88 @@
+"""Rank programs: what each rank runs for the CLI, the demo and the multi-rank tests, and
+the parent-side assembly of the ranks' outputs into ``[rows, H, 16]``."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from reference.cp import HeadLayout
+
+from .cp import IndexerDecodeCP
+from .stock import StockDecode
+
+
+def _to(device, case: dict) -> dict:
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+
+
+def decode_on_rank(ctx, case: dict, path: str, *, steps: int = 1, spin_limit: int | None = None, max_chunk: int | None = None, skip_forward: bool = False) -> dict:
+    """Run one decode case on this rank: ``path`` is "cp" or "stock".
+
+    case: the CLI case dict (CPU tensors). Runs ``steps`` back-to-back forwards of one layer
+    (nothing else synchronizes the ranks between them) and returns
+    ``{"heads": [...], "out": int32 [rows, len(heads), 16] (last step), "all_equal": bool,
+    "seconds": per-step wall time}``. ``skip_forward`` makes this rank plan but never call
+    forward (the missing-peer test).
+    """
+    c = _to(ctx.device, case)
+    q, heads = c["index_q"], c["index_q"].shape[1]
+    layout = HeadLayout(ctx.world, heads)
+    owned = list(layout.heads_of(ctx.rank))
+    rows = q.shape[0]
+    batch = c["seq_lens"].shape[0]
+    extra = {} if max_chunk is None else {"max_chunk": max_chunk}
+    if path == "cp":
+        state = IndexerDecodeCP(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, **extra)
+        layer = state.new_layer()
+    elif path == "stock":
+        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device)
+    else:
+        raise ValueError(f"path: expected 'cp' or 'stock', got {path!r}")
+    q_mine = q[:, owned].contiguous()
+    outs = []
+    start = time.perf_counter()
+    for _ in range(steps):
+        out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        if path == "cp":
+            plan = state.plan(c["block_table"], c["seq_lens"])
+            if not skip_forward:
+                state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"])
+        else:
+            state.plan(c["block_table"], c["seq_lens"])
+            state.forward(q_mine, c["k_cache"], out, c["query_len"])
+        outs.append(out)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / max(1, steps)
+    if path == "cp" and not skip_forward:
+        state.check()
+    last = outs[-1].cpu() if outs else None
+    return {
+        "heads": owned,
+        "out": last,
+        "all_equal": all(torch.equal(o.cpu(), last) for o in outs),
+        "seconds": seconds,
+    }
+
+
+def assemble(results: list[dict], heads: int) -> torch.Tensor:
+    """Per-rank outputs -> int32 [rows, H, 16]; replicas of a head must agree exactly."""
+    rows = results[0]["out"].shape[0]
+    out = torch.full((rows, heads, 16), -7, dtype=torch.int32)
+    seen: dict[int, torch.Tensor] = {}
+    for rank, res in enumerate(results):
+        for k, h in enumerate(res["heads"]):
+            part = res["out"][:, k]
+            if h in seen and not torch.equal(seen[h], part):
+                raise RuntimeError(f"rank {rank}: head {h} differs from another replica's")
+            seen[h] = part
+            out[:, h] = part
+    return out
+
+
+def run_case(pool, case, path: str, **kwargs) -> torch.Tensor:
+    """Run a ``reference.cases.Case`` on every rank of ``pool``; the assembled output."""
+    results = pool.run(decode_on_rank, case.to_dict(), path, **kwargs)
+    return assemble(results, case.index_q.shape[1])
