@@ -25,3 +25,8 @@ def select_backend() -> str:
 def gpu_count() -> int:
     """CUDA GPUs visible to this process (0 under the interpreter)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_device() -> "torch.device":
+    """Where single-process fast tests and tools put tensors: the GPU if one is used."""
+    return torch.device("cuda" if select_backend() == "cuda" else "cpu")

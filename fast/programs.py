@@ -17,14 +17,25 @@ def _to(device, case: dict) -> dict:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.items()}
 
 
-def decode_on_rank(ctx, case: dict, path: str, *, steps: int = 1, spin_limit: int | None = None, max_chunk: int | None = None, skip_forward: bool = False) -> dict:
+def decode_on_rank(
+    ctx,
+    case: dict,
+    path: str,
+    *,
+    steps: int = 1,
+    spin_limit: int | None = None,
+    max_chunk: int | None = None,
+    skip_forward: bool = False,
+    poison: bool = False,
+) -> dict:
     """Run one decode case on this rank: ``path`` is "cp" or "stock".
 
     case: the CLI case dict (CPU tensors). Runs ``steps`` back-to-back forwards of one layer
     (nothing else synchronizes the ranks between them) and returns
     ``{"heads": [...], "out": int32 [rows, len(heads), 16] (last step), "all_equal": bool,
     "seconds": per-step wall time}``. ``skip_forward`` makes this rank plan but never call
-    forward (the missing-peer test).
+    forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
+    every forward, so a read of a column the scorer did not write would rank first.
     """
     c = _to(ctx.device, case)
     q, heads = c["index_q"], c["index_q"].shape[1]
@@ -47,6 +58,8 @@ def decode_on_rank(ctx, case: dict, path: str, *, steps: int = 1, spin_limit: in
         out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
         if path == "cp":
             plan = state.plan(c["block_table"], c["seq_lens"])
+            if poison:
+                plan.scores.fill_(1e30)
             if not skip_forward:
                 state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"])
         else:

@@ -44,6 +44,17 @@ class Symmetric:
         raise NotImplementedError
 
 
+class SingleRankSymmetric(Symmetric):
+    """CP = 1 in one process (no process group): the buffer is its own only peer."""
+
+    def __init__(self, device="cpu"):
+        self.world, self.rank, self.device = 1, 0, torch.device(device)
+
+    def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
+        local = torch.full((numel,), fill, dtype=dtype, device=self.device)
+        return SymmetricTensor(local, torch.tensor([local.data_ptr()], dtype=torch.int64, device=self.device))
+
+
 class ShmSymmetric(Symmetric):
     """CPU ranks (one process each, a Gloo group): buffers are shared files in /dev/shm."""
 

@@ -1,0 +1,159 @@
+"""Each fast kernel against its reference counterpart, in one process (interpreter or GPU)."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+import reference
+from fast.backend import default_device
+from fast.cp import IndexerDecodeCP
+from fast.cp_kernels import compact_table_kernel
+from fast.jit_helpers import fmaf
+from fast.scorer import score_pages
+from fast.stock import StockDecode
+from fast.symm import SingleRankSymmetric
+from fuzz.strategies import DecodeConfig, decode_configs
+from reference.cases import EXACT_PATTERNS, make_case
+from reference.cp import plan_rank
+from reference.decode import query_tile
+from reference.nvfp4 import dequantize_nvfp4
+from reference.selection import own_pages, select
+
+DEV = default_device()
+POISON = 1e30
+EXACT = tuple(EXACT_PATTERNS)
+
+
+def on(x):
+    return x.to(DEV)
+
+
+@st.composite
+def scorer_cases(draw, patterns=EXACT + ("random", "gaussian")):
+    hs = draw(st.sampled_from([1, 2, 4, 8]))
+    width = draw(st.integers(1, 20))
+    lens = draw(st.lists(st.integers(-3, 22 * 128 + 9), min_size=1, max_size=3))
+    pattern = draw(st.sampled_from(patterns))
+    case = make_case(draw(st.integers(0, 2**31 - 1)), [8] * len(lens), heads=hs, query_len=8, pattern=pattern, table_width=width, num_blocks=9)
+    return query_tile(case.index_q, len(lens), 8), case.k_cache, case.block_table, torch.tensor(lens, dtype=torch.int32), pattern
+
+
+def fp32_tolerance(tile, k_cache, table):
+    """128 * 2^-24 * max_t sum_d |q k|: the bound on any fp32 accumulation order of a
+    128-term dot product, against the reference's exactly-rounded sum."""
+    b, _, hs, _ = tile.shape
+    k = dequantize_nvfp4(k_cache).abs()[table.long().clamp(0, k_cache.shape[0] - 1)]
+    q = tile.float().abs().reshape(b, 8 * hs, 128)
+    return 128 * 2.0**-24 * torch.einsum("brd,bwtd->brwt", q, k).amax(-1)
+
+
+@given(scorer_cases())
+def test_scorer_matches_reference(args):
+    tile, k_cache, table, lens, pattern = args
+    b, _, hs, _ = tile.shape
+    want = torch.full((b, 8 * hs, table.shape[1]), POISON)
+    reference.score_pages(tile, k_cache, table, lens, want)
+    got = on(torch.full_like(want, POISON))
+    score_pages(on(tile), on(k_cache), on(table), on(lens), got)
+    got = got.cpu()
+    written = want != POISON
+    assert torch.equal(got != POISON, written), "stored a different set of columns"
+    if pattern in EXACT:
+        assert torch.equal(got, want)  # exact arithmetic: every order gives the same fp32
+    else:
+        tol = fp32_tolerance(tile, k_cache, table)
+        assert bool(((got - want).abs() <= tol)[written].all())
+
+
+@given(
+    cp=st.sampled_from([1, 2, 4, 8]),
+    lens=st.lists(st.integers(1, 40 * 128), min_size=1, max_size=4),
+    p_table=st.integers(1, 45),
+    extra=st.integers(0, 3),
+)
+def test_compact_table_matches_reference_plan(cp, lens, p_table, extra):
+    table = torch.randperm(1000)[: len(lens) * p_table].view(len(lens), p_table).to(torch.int32)
+    seq = torch.tensor(lens, dtype=torch.int32)
+    p = min(p_table, 8192)
+    width = reference.compact_width(p, cp) + extra
+    for rank in range(cp):
+        cbt, n_local, score_lens = plan_rank(table, seq, p, width, cp, rank)
+        outs = [on(torch.full((len(lens), width), -7, dtype=torch.int32))] + [on(torch.full((len(lens),), -7, dtype=torch.int32)) for _ in range(3)]
+        compact_table_kernel[(len(lens),)](on(table), on(seq), outs[0], outs[1], outs[2], outs[3], p, p_table, W=width, CP=cp, RANK=rank, BLOCK=16)
+        got_cbt, got_lens, got_seq, got_n = (o.cpu() for o in outs)
+        assert torch.equal(got_cbt, cbt) and torch.equal(got_lens, score_lens)
+        assert torch.equal(got_seq, seq) and torch.equal(got_n.long(), n_local)
+
+
+@triton.jit
+def _fmaf_kernel(a_ptr, b_ptr, c_ptr, o_ptr, N: tl.constexpr, EMULATE: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(o_ptr + i, fmaf(tl.load(a_ptr + i), tl.load(b_ptr + i), tl.load(c_ptr + i), EMULATE))
+
+
+f32 = st.floats(-(2.0**60), 2.0**60, width=32)  # products stay finite
+
+
+@given(st.lists(st.tuples(f32, f32, f32), min_size=16, max_size=16))
+@example([(1.0 + 2.0**-23, 1.0 + 2.0**-23, -1.0)] * 16)
+def test_fmaf_rounds_once_on_this_backend(triples):
+    a, b, c = (torch.tensor(x, dtype=torch.float32) for x in zip(*triples))
+    out = on(torch.empty(16))
+    _fmaf_kernel[(1,)](on(a), on(b), on(c), out, N=16, EMULATE=DEV.type != "cuda")
+    want = reference.selection.fmaf(a, b, c)
+    assert torch.equal(out.cpu().view(torch.int32), want.view(torch.int32)) or torch.equal(out.cpu(), want)
+
+
+def _stock_case(cfg: DecodeConfig, max_chunk: int):
+    case = cfg.build()
+    layout_heads = case.index_q.shape[1]
+    sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV)
+    sd.plan(on(case.block_table), on(case.seq_lens))
+    from fast.select_shape import SelectShape
+
+    sd.shape = SelectShape.for_width(sd.width, max_chunk)
+    out = on(torch.full((case.index_q.shape[0], layout_heads, 16), -7, dtype=torch.int32))
+    sd.forward(on(case.index_q), on(case.k_cache), out, case.query_len)
+    return case, sd, out.cpu()
+
+
+@settings(max_examples=20)
+@given(decode_configs(max_pages=60), st.sampled_from([1024, 16]))
+def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk):
+    """Selection exactly: the kernel's own scores through the reference's stock selection.
+    max_chunk 16 forces the two-level select on rows longer than 16 pages."""
+    case, sd, out = _stock_case(cfg, max_chunk)
+    batch, q, heads = len(cfg.seq_lens), case.query_len, case.index_q.shape[1]
+    width = min(case.block_table.shape[1], 8192)
+    scores = sd._scores[batch].cpu().view(batch, 8, heads, sd.width)[:, 8 - q :, :, :width]
+    rows = scores.reshape(batch * q * heads, width)
+    own = own_pages(case.seq_lens, q).repeat_interleave(heads)
+    assert torch.equal(out.view(-1, 16), select(rows, own, width, key="stock"))
+
+
+@settings(max_examples=20)
+@given(decode_configs(max_pages=60, patterns=EXACT))
+def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
+    case, _, out = _stock_case(cfg, 1024)
+    assert torch.equal(out, reference.stock_decode(*case.args()))
+
+
+@settings(max_examples=20)
+@given(decode_configs(max_pages=60, patterns=EXACT), st.sampled_from([1024, 16]))
+def test_cp1_in_process_equals_oracle(cfg, max_chunk):
+    """The whole CP protocol with one rank (the buffer its own only peer)."""
+    case = cfg.build()
+    heads = case.index_q.shape[1]
+    state = IndexerDecodeCP(heads=heads, max_reqs=max(1, len(cfg.seq_lens)), symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
+    layer = state.new_layer()
+    plan = state.plan(on(case.block_table), on(case.seq_lens))
+    plan.scores.fill_(POISON)
+    out = on(torch.full((case.index_q.shape[0], heads, 16), -7, dtype=torch.int32))
+    state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    state.check()
+    assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
+    # The step left the buffers armed for the next one.
+    assert bool((layer.recv.local == -1).all()) and bool((layer.tile.local == -1).all())
