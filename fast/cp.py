@@ -6,6 +6,7 @@ collective (same order on every rank).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +28,23 @@ log = logging.getLogger(__name__)
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
 _FINISH_BLOCK = 1024
+
+
+class _StageClock:
+    """Adds each stage's wall time to a dict when one is given; otherwise does nothing."""
+
+    def __init__(self, times: dict | None, device: torch.device):
+        self.times, self.device = times, device
+        self.last = time.perf_counter() if times is not None else 0.0
+
+    def lap(self, stage: str) -> None:
+        if self.times is None:
+            return
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.times[stage] = self.times.get(stage, 0.0) + now - self.last
+        self.last = now
 
 
 class PeerTimeoutError(RuntimeError):
@@ -128,12 +146,23 @@ class IndexerDecodeCP:
             )  # fmt: skip
         return p
 
-    def forward(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, k_cache: torch.Tensor, out: torch.Tensor, query_len: int) -> torch.Tensor:
+    def forward(
+        self,
+        layer: CPLayer,
+        plan: CPPlan,
+        index_q: torch.Tensor,
+        k_cache: torch.Tensor,
+        out: torch.Tensor,
+        query_len: int,
+        stage_times: dict | None = None,
+    ) -> torch.Tensor:
         """One layer's CP decode for this rank's heads.
 
         index_q: float8_e4m3fn [B * q, Hr, 128] (this rank's heads); k_cache: uint8
         [N, 128, 72]; out: int32 [B * q, Hr, 16]. Returns out. Every rank must call it for
         the same layer and plan; a rank that does not is reported by check() on the others.
+        stage_times: if a dict, each stage's wall seconds are added to it (synchronizing
+        after every stage: for the demo, never in production).
         """
         hr = self.layout.heads_per_rank
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, hr, self.device)
@@ -141,16 +170,19 @@ class IndexerDecodeCP:
         if rows == 0:
             return out
         common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, PDL=self.pdl)
+        clock = _StageClock(stage_times, self.device)
         q_exchange_kernel[(rows,)](
             index_q.view(torch.int32), layer.tile.ptrs, layer.parity, self.error,
             self._tile_words, self.spin_limit,
             H=self.heads, HR=hr, HEAD0=self.owned.start, **common,
         )  # fmt: skip
+        clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
             q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl,
         )  # fmt: skip
+        clock.lap("score")
         s = self.shape
         push_kernel[(rows, self.heads)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error,
@@ -158,6 +190,7 @@ class IndexerDecodeCP:
             H=self.heads, HR=hr, R=self.layout.replicas,
             CHUNK=s.chunk, NUM_GROUPS=s.num_groups, GROUP=s.group, **common,
         )  # fmt: skip
+        clock.lap("push")
         merge_kernel[(rows,)](
             plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out,
             self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
@@ -165,6 +198,7 @@ class IndexerDecodeCP:
         )  # fmt: skip
         n = out.numel()
         finish_step_kernel[(triton.cdiv(n, _FINISH_BLOCK),)](layer.parity, self.error, out, n, BLOCK=_FINISH_BLOCK, PDL=self.pdl)
+        clock.lap("merge")
         return out
 
     def check(self) -> None:
@@ -175,3 +209,27 @@ class IndexerDecodeCP:
         if code:
             what = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}.get(code, f"code {code}")
             raise PeerTimeoutError(f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived")
+
+
+def cp_unsupported_reason(*, world: int, heads: int, max_query_len: int, symm: Symmetric | None) -> str | None:
+    """Why CP decode cannot run in this configuration, or None if it can."""
+    if world not in SUPPORTED_CP:
+        return f"{world} ranks (CP needs one of {SUPPORTED_CP})"
+    if heads not in SUPPORTED_HEADS:
+        return f"{heads} index heads (needs one of {SUPPORTED_HEADS})"
+    if max_query_len > SLOTS:
+        return f"decode query length {max_query_len} > {SLOTS}"
+    if symm is None:
+        return "the ranks have no symmetric memory between them"
+    return None
+
+
+def build_cp_decode(*, heads: int, max_reqs: int, max_query_len: int, symm: Symmetric | None, world: int | None = None, **kwargs) -> IndexerDecodeCP | None:
+    """The process's CP decode state, or None (use ``StockDecode``) with the reason logged
+    once. Build it once per process; kwargs go to IndexerDecodeCP."""
+    world = symm.world if symm is not None else (world or 1)
+    why = cp_unsupported_reason(world=world, heads=heads, max_query_len=max_query_len, symm=symm)
+    if why is not None:
+        log.warning("CP decode disabled: %s; using the stock decode", why)
+        return None
+    return IndexerDecodeCP(heads=heads, max_reqs=max_reqs, symm=symm, **kwargs)

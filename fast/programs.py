@@ -27,6 +27,7 @@ def decode_on_rank(
     max_chunk: int | None = None,
     skip_forward: bool = False,
     poison: bool = False,
+    time_stages: bool = False,
 ) -> dict:
     """Run one decode case on this rank: ``path`` is "cp" or "stock".
 
@@ -36,6 +37,7 @@ def decode_on_rank(
     "seconds": per-step wall time}``. ``skip_forward`` makes this rank plan but never call
     forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
     every forward, so a read of a column the scorer did not write would rank first.
+    ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
     """
     c = _to(ctx.device, case)
     q, heads = c["index_q"], c["index_q"].shape[1]
@@ -53,15 +55,19 @@ def decode_on_rank(
         raise ValueError(f"path: expected 'cp' or 'stock', got {path!r}")
     q_mine = q[:, owned].contiguous()
     outs = []
+    stages: dict | None = {} if time_stages else None
     start = time.perf_counter()
     for _ in range(steps):
         out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
         if path == "cp":
+            t0 = time.perf_counter()
             plan = state.plan(c["block_table"], c["seq_lens"])
+            if stages is not None:
+                stages["plan"] = stages.get("plan", 0.0) + time.perf_counter() - t0
             if poison:
                 plan.scores.fill_(1e30)
             if not skip_forward:
-                state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"])
+                state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"], stage_times=stages)
         else:
             state.plan(c["block_table"], c["seq_lens"])
             state.forward(q_mine, c["k_cache"], out, c["query_len"])
@@ -77,6 +83,7 @@ def decode_on_rank(
         "out": last,
         "all_equal": all(torch.equal(o.cpu(), last) for o in outs),
         "seconds": seconds,
+        "stages": {k: v / max(1, steps) for k, v in (stages or {}).items()},
     }
 
 

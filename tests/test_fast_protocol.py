@@ -103,3 +103,15 @@ def test_missing_peer_is_reported_not_a_hang():
 
 def _missing_peer(ctx, case):
     return decode_on_rank(ctx, case, "cp", spin_limit=300, skip_forward=ctx.rank == 1)
+
+
+def test_cli_decode_writes_the_assembled_output(tmp_path):
+    from fast.cli import main
+
+    case = make_case(11, [seq_len_for(30, 2), seq_len_for(5, 0)], query_len=2, heads=4, pattern="zeros")
+    case.save(tmp_path / "case.pt")
+    for path, want in (("cp", reference.full_decode), ("stock", reference.stock_decode)):
+        code = main(["decode", "--case", str(tmp_path / "case.pt"), "--path", path, "--cp", "2", "--backend", "cpu", "--out", str(tmp_path / "out.pt")])
+        assert code == 0
+        assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["out"], want(*case.args()))
+    assert main(["decode", "--case", str(tmp_path / "case.pt"), "--path", "cp", "--cp", "3", "--out", str(tmp_path / "o.pt")]) == 2
