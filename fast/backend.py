@@ -29,4 +29,13 @@ def gpu_count() -> int:
 
 def default_device() -> "torch.device":
     """Where single-process fast tests and tools put tensors: the GPU if one is used."""
-    return torch.device("cuda" if select_backend() == "cuda" else "cpu")
+    return resolve_device("cuda" if select_backend() == "cuda" else "cpu")
+
+
+def resolve_device(device) -> "torch.device":
+    """A device with its index filled in (``cuda`` -> ``cuda:N``, the current one), so it
+    compares equal to the device of the tensors placed on it."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

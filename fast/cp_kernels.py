@@ -30,12 +30,12 @@ from .jit_helpers import (
     top16,
 )
 
-_PAGE: tl.constexpr = PAGE
-_SLOTS: tl.constexpr = SLOTS
-_TOPK: tl.constexpr = TOPK
-_WORDS: tl.constexpr = 32  # int32 words per 128-byte query row
-_ERR_Q: tl.constexpr = ERR_Q_TIMEOUT
-_ERR_MERGE: tl.constexpr = ERR_MERGE_TIMEOUT
+_PAGE = tl.constexpr(PAGE)
+_SLOTS = tl.constexpr(SLOTS)
+_TOPK = tl.constexpr(TOPK)
+_WORDS = tl.constexpr(32)  # int32 words per 128-byte query row
+_ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
+_ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
 
 
 @triton.jit

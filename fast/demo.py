@@ -43,7 +43,7 @@ def run_demo(backend: str = "auto", file=None) -> bool:
                 case = make_case(cp * 10 + q, [seq_len_for(p, 3) for p in pages], query_len=q, heads=HEADS, pattern="exact")
                 oracle = {"cp": reference.full_decode(*case.args()), "stock": reference.stock_decode(*case.args())}
                 for path in ("stock", "cp"):
-                    results = pool.run(decode_on_rank, case.to_dict(), path, steps=2, time_stages=path == "cp")
+                    results = pool.run(decode_on_rank, case.to_dict(), path, steps=2, warmup=1, time_stages=path == "cp")
                     agree = torch.equal(assemble(results, HEADS), oracle[path])
                     ok &= agree
                     stages = results[0]["stages"]

@@ -7,10 +7,10 @@ arithmetic differs from the GPU's (fma), a constexpr switches to an exact emulat
 import triton
 import triton.language as tl
 
-TOPK: tl.constexpr = 16
-RANKED: tl.constexpr = 15
-KEY_EXACT: tl.constexpr = 0  # 1 << 48 | ordered(score) << 16 | (0xFFFF - page)
-KEY_STOCK: tl.constexpr = 1  # q16 << 16 | (0xFFFF - page)
+TOPK = tl.constexpr(16)
+RANKED = tl.constexpr(15)
+KEY_EXACT = tl.constexpr(0)  # 1 << 48 | ordered(score) << 16 | (0xFFFF - page)
+KEY_STOCK = tl.constexpr(1)  # q16 << 16 | (0xFFFF - page)
 
 # Device error codes (an int32 flag per process; the host reads it in check()).
 ERR_Q_TIMEOUT = 1  # the q exchange never completed: a peer's query never arrived

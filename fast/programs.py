@@ -28,6 +28,7 @@ def decode_on_rank(
     skip_forward: bool = False,
     poison: bool = False,
     time_stages: bool = False,
+    warmup: int = 0,
 ) -> dict:
     """Run one decode case on this rank: ``path`` is "cp" or "stock".
 
@@ -38,6 +39,7 @@ def decode_on_rank(
     forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
     every forward, so a read of a column the scorer did not write would rank first.
     ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
+    ``warmup`` untimed steps run first (kernel compilation).
     """
     c = _to(ctx.device, case)
     q, heads = c["index_q"], c["index_q"].shape[1]
@@ -55,9 +57,14 @@ def decode_on_rank(
         raise ValueError(f"path: expected 'cp' or 'stock', got {path!r}")
     q_mine = q[:, owned].contiguous()
     outs = []
-    stages: dict | None = {} if time_stages else None
+    stages: dict | None = None
     start = time.perf_counter()
-    for _ in range(steps):
+    for step in range(warmup + steps):
+        if step == warmup:
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            stages = {} if time_stages else None
+            start = time.perf_counter()
         out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
         if path == "cp":
             t0 = time.perf_counter()

@@ -19,9 +19,9 @@ from reference.nvfp4 import dequant_table
 
 from .jit_helpers import pdl_wait
 
-_PAGE: tl.constexpr = PAGE
-_PAGE_BYTES: tl.constexpr = PAGE_BYTES
-_CODE_BYTES: tl.constexpr = CODE_BYTES
+_PAGE = tl.constexpr(PAGE)
+_PAGE_BYTES = tl.constexpr(PAGE_BYTES)
+_CODE_BYTES = tl.constexpr(CODE_BYTES)
 
 
 @functools.cache

@@ -11,12 +11,13 @@ import triton.language as tl
 from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
+from .backend import resolve_device
 from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, short_row, top16
 from .scorer import score_pages
 from .select_shape import SelectShape
 
-_SLOTS: tl.constexpr = SLOTS
-_TOPK: tl.constexpr = TOPK
+_SLOTS = tl.constexpr(SLOTS)
+_TOPK = tl.constexpr(TOPK)
 
 
 @triton.jit
@@ -94,7 +95,7 @@ class StockDecode:
     def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
         self.heads = heads
         self.max_reqs = max_reqs
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.pdl = pdl
         self.width = 0  # score columns, fixed by the first plan
         self.shape: SelectShape | None = None

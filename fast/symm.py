@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from .backend import resolve_device
+
 SHM_DIR = "/dev/shm"
 
 
@@ -48,7 +50,7 @@ class SingleRankSymmetric(Symmetric):
     """CP = 1 in one process (no process group): the buffer is its own only peer."""
 
     def __init__(self, device="cpu"):
-        self.world, self.rank, self.device = 1, 0, torch.device(device)
+        self.world, self.rank, self.device = 1, 0, resolve_device(device)
 
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
         local = torch.full((numel,), fill, dtype=dtype, device=self.device)
