@@ -19,7 +19,7 @@ export NVSHMEM_DISABLE_NVLS := 1
 # numpy: the Triton interpreter runs kernels on it.
 PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
 
-.PHONY: test demo env clean
+.PHONY: test test-slow demo env clean
 env: $(ENV)
 
 .venv/.installed: Makefile
@@ -28,10 +28,15 @@ env: $(ENV)
 	touch $@
 
 # The README's test command. xdist spreads the single-process tiers over the cores; the
-# multi-rank tier runs in its own step (its ranks spin-wait on each other).
+# multi-rank tier runs in its own step (its ranks spin-wait on each other). `slow` cases
+# (CP = 8 on CPU ranks, ...) run in `make test-slow`.
 test: $(ENV)
-	$(PY) -m pytest -n auto -q -m "not multirank"
-	$(PY) -m pytest -q -m multirank
+	$(PY) -m pytest -n auto -q -m "not multirank and not slow"
+	$(PY) -m pytest -q -m "multirank and not slow"
+
+test-slow: $(ENV)
+	$(PY) -m pytest -n auto -q -m "slow and not multirank"
+	$(PY) -m pytest -q -m "slow and multirank"
 
 demo: $(ENV)
 	$(PY) -m fast demo
