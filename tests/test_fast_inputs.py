@@ -1,0 +1,129 @@
+"""Bad host input to the fast path: a clear exception naming the argument, before any launch."""
+
+import logging
+
+import pytest
+import torch
+
+from fast.backend import default_device
+from fast.cp import IndexerDecodeCP, build_cp_decode
+from fast.stock import StockDecode
+from fast.symm import SingleRankSymmetric
+from reference.cases import make_case, seq_len_for
+
+DEV = default_device()
+CASE = make_case(0, [seq_len_for(20, 0), seq_len_for(3, 4)], query_len=2, heads=4, pattern="exact")
+
+
+def on(x):
+    return x.to(DEV)
+
+
+class FakeSymmetric(SingleRankSymmetric):
+    def __init__(self, world):
+        super().__init__(DEV)
+        self.world = world
+
+
+def fresh_cp():
+    state = IndexerDecodeCP(heads=4, max_reqs=2, symm=SingleRankSymmetric(DEV))
+    layer = state.new_layer()
+    plan = state.plan(on(CASE.block_table), on(CASE.seq_lens))
+    return state, layer, plan
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,name",
+    [
+        pytest.param(dict(world=3), ValueError, "cp", id="cp-3"),
+        pytest.param(dict(heads=3), ValueError, "heads", id="heads-3"),
+        pytest.param(dict(max_reqs=0), ValueError, "max_reqs", id="max-reqs-0"),
+    ],
+)
+def test_unsupported_state(kwargs, exc, name):
+    world = kwargs.pop("world", 1)
+    args = dict(heads=4, max_reqs=2, symm=FakeSymmetric(world)) | kwargs
+    with pytest.raises(exc, match=name):
+        IndexerDecodeCP(**args)
+
+
+@pytest.mark.parametrize(
+    "kwargs,why",
+    [
+        (dict(world=3), "3 ranks"),
+        (dict(heads=3), "3 index heads"),
+        (dict(max_query_len=9), "query length 9"),
+        (dict(symm=None), "no symmetric memory"),
+    ],
+)
+def test_fallback_to_stock_says_why(caplog, kwargs, why):
+    world = kwargs.pop("world", 1)
+    args = dict(heads=4, max_reqs=2, max_query_len=8, symm=FakeSymmetric(world)) | kwargs
+    with caplog.at_level(logging.WARNING):
+        assert build_cp_decode(**args) is None
+    assert why in caplog.text and "stock" in caplog.text
+
+
+def test_supported_state_builds():
+    assert isinstance(build_cp_decode(heads=4, max_reqs=2, max_query_len=8, symm=SingleRankSymmetric(DEV)), IndexerDecodeCP)
+
+
+def _bad_plan_inputs():
+    bt, sl = on(CASE.block_table), on(CASE.seq_lens)
+    return [
+        pytest.param(bt.long(), sl, TypeError, "block_table", id="bt-dtype"),
+        pytest.param(bt[:1], sl, ValueError, "block_table", id="bt-rows"),
+        pytest.param(bt[:, ::2], sl, ValueError, "block_table", id="bt-strided"),
+        pytest.param(bt, sl.long(), TypeError, "seq_lens", id="len-dtype"),
+        pytest.param(torch.cat([bt, bt]), torch.cat([sl, sl]), ValueError, "seq_lens", id="more-requests-than-built"),
+        pytest.param(torch.cat([bt, bt], dim=1), sl, ValueError, "block_table", id="table-wider-than-first-plan"),
+    ]
+
+
+@pytest.mark.parametrize("bt,sl,exc,name", _bad_plan_inputs())
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_bad_plan_inputs(path, bt, sl, exc, name):
+    if path == "cp":
+        state, _, _ = fresh_cp()
+    else:
+        state = StockDecode(heads=4, max_reqs=2, device=DEV)
+        state.plan(on(CASE.block_table), on(CASE.seq_lens))
+    with pytest.raises(exc, match=name):
+        state.plan(bt, sl)
+
+
+def _bad_forward_inputs():
+    q, k = on(CASE.index_q), on(CASE.k_cache)
+    out = on(torch.full((4, 4, 16), -7, dtype=torch.int32))
+    return [
+        pytest.param(q.float(), k, out, 2, TypeError, "index_q", id="q-dtype"),
+        pytest.param(q[:3], k, out, 2, ValueError, "index_q", id="q-rows"),
+        pytest.param(q[:, :2], k, out, 2, ValueError, "index_q", id="q-heads"),
+        pytest.param(q.transpose(0, 1).contiguous().transpose(0, 1), k, out, 2, ValueError, "index_q", id="q-strides"),
+        pytest.param(q, k.view(torch.int8), out, 2, TypeError, "k_cache", id="k-dtype"),
+        pytest.param(q, k[:, :, :64].contiguous(), out, 2, ValueError, "k_cache", id="k-shape"),
+        pytest.param(q, k, out.long(), 2, TypeError, "out", id="out-dtype"),
+        pytest.param(q, k, out[:, :, :8].contiguous(), 2, ValueError, "out", id="out-shape"),
+        pytest.param(q, k, out, 9, ValueError, "query_len", id="query-len-9"),
+        pytest.param(q, k, out, 0, ValueError, "query_len", id="query-len-0"),
+        pytest.param(q, k, out, True, TypeError, "query_len", id="query-len-bool"),
+    ]
+
+
+@pytest.mark.parametrize("q,k,out,query_len,exc,name", _bad_forward_inputs())
+def test_bad_forward_inputs_launch_nothing(q, k, out, query_len, exc, name):
+    state, layer, plan = fresh_cp()
+    before = (layer.parity.clone(), layer.tile.local.clone(), layer.recv.local.clone())
+    with pytest.raises(exc, match=name):
+        state.forward(layer, plan, q, k, out, query_len)
+    assert bool((out == -7).all())
+    assert all(torch.equal(a, b) for a, b in zip(before, (layer.parity, layer.tile.local, layer.recv.local)))
+
+
+@pytest.mark.parametrize("q,k,out,query_len,exc,name", _bad_forward_inputs())
+def test_bad_stock_forward_inputs(q, k, out, query_len, exc, name):
+    state = StockDecode(heads=4, max_reqs=2, device=DEV)
+    state.plan(on(CASE.block_table), on(CASE.seq_lens))
+    with pytest.raises(exc, match=name):
+        state.forward(q, k, out, query_len)
+    assert bool((out == -7).all())
