@@ -19,7 +19,7 @@ export NVSHMEM_DISABLE_NVLS := 1
 # numpy: the Triton interpreter runs kernels on it.
 PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
 
-.PHONY: test test-slow demo env clean
+.PHONY: test test-slow demo fuzz fuzz-smoke env clean
 env: $(ENV)
 
 .venv/.installed: Makefile
@@ -40,6 +40,14 @@ test-slow: $(ENV)
 
 demo: $(ENV)
 	$(PY) -m fast demo
+
+# Hypothesis campaigns (database under .hypothesis/, git-ignored). fuzz: ~10 minutes over
+# every target; fuzz-smoke: each target's smoke budget, the one CI runs.
+fuzz: $(ENV)
+	$(PY) -m fuzz all
+
+fuzz-smoke: $(ENV)
+	$(PY) -m fuzz smoke --seed 0
 
 clean:
 	rm -rf .venv .pytest_cache .hypothesis

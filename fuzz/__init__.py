@@ -1,1 +1,1 @@
-"""Long Hypothesis campaigns (``python -m fuzz``); see the fuzzing issue."""
+"""Hypothesis campaigns over the reference and the fast path (``python -m fuzz``)."""

@@ -58,7 +58,7 @@ def seq_lens(draw, query_len: int, max_pages: int):
 
 
 @st.composite
-def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS):
+def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_CP):
     """CP and head layouts, query lengths, lengths, and tables that fit, are narrower than
     the history (lengths past the table) or wider than it."""
     query_len = draw(st.integers(1, MAX_QUERY_LEN))
@@ -73,7 +73,7 @@ def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS):
         width = fit
     return DecodeConfig(
         seed=draw(st.integers(0, 2**31 - 1)),
-        cp=draw(st.sampled_from(SUPPORTED_CP)),
+        cp=draw(st.sampled_from(cps)),
         heads=draw(st.sampled_from(SUPPORTED_HEADS)),
         query_len=query_len,
         seq_lens=lens,

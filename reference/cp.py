@@ -203,6 +203,11 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
             if o != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):
                 raise RuntimeError(f"rank {o}: its merge of head {h} differs from another replica's")
             out[:, h] = merged[:, k]
+    # The step must leave every buffer armed for the next one (a real next step would
+    # otherwise read stale queries or candidates as if they had arrived).
+    for r in range(cp):
+        if not bool((tiles[r] == UNWRITTEN_Q).all()) or not bool((recv[r] == PENDING).all()):
+            raise RuntimeError(f"rank {r}: the step left a buffer un-armed (a stale q or candidate)")
     return out, CPTrace(layout, width, own, traces)
 
 

@@ -10,8 +10,9 @@ import torch
 from .constants import KEY_VALID_BIT, NO_KEY, PAGE_MASK, RANKED, TOPK
 
 # Long rows of the local top-16 use a two-level select over groups of this many columns:
-# the top 16 groups by group maximum, then the top 16 of those groups' members.
-TOPK_GROUP = 64
+# the top 16 groups by group maximum, then the top 16 of those groups' members. Small, so
+# that rows past 128 columns (already at a few hundred pages) take the two-level path.
+TOPK_GROUP = 8
 
 _I64 = torch.int64
 

@@ -1,0 +1,54 @@
+"""``python -m fuzz``: run a campaign, the smoke or default set, or replay one example."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from .runner import replay, run_campaign
+from .targets import TARGETS
+
+DEFAULT_MINUTES = {"reference": 3, "kernels": 2, "protocol": 2, "stock": 1.5, "inputs": 1.5}  # ~10 min
+
+
+def _report(result) -> bool:
+    rate = result.examples / max(result.seconds, 1e-9)
+    if result.found:
+        print(f"{result.target}: FAILURE after {result.examples} examples ({result.seconds:.0f} s)")
+        print(f"  {result.failure}")
+        print(f"  shrunk example: {result.example}")
+        print(f"  reproduce: {result.replay}")
+        return False
+    print(f"{result.target}: {result.examples} examples, {rate:.1f}/s, {result.seconds:.0f} s, no failure")
+    return True
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
+    parser.add_argument("target", choices=sorted(TARGETS) + ["smoke", "all", "replay"])
+    parser.add_argument("example", nargs="?", help="replay: the target name, then the example JSON")
+    parser.add_argument("example_json", nargs="?")
+    budget = parser.add_mutually_exclusive_group()
+    budget.add_argument("--examples", type=int)
+    budget.add_argument("--minutes", type=float)
+    parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--seed", type=int)
+    args = parser.parse_args(argv)
+    if args.backend == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"  # before anything defines a kernel
+    if args.target == "replay":
+        if args.example not in TARGETS or not args.example_json:
+            parser.error("replay needs a target and the example JSON a failure printed")
+        replay(args.example, args.example_json, args.backend)
+        print("replay passed")
+        return 0
+    if args.target == "smoke":  # each target's smoke budget: CI's `make fuzz-smoke`
+        plans = [(name, dict(examples=t.smoke)) for name, t in TARGETS.items()]
+    elif args.target == "all":  # `make fuzz`: ~10 minutes over every target
+        plans = [(name, dict(minutes=DEFAULT_MINUTES[name])) for name in TARGETS]
+    else:
+        plans = [(args.target, dict(examples=args.examples, minutes=args.minutes))]
+    ok = True
+    for name, budget_kw in plans:
+        ok &= _report(run_campaign(name, seed=args.seed, backend=args.backend, **budget_kw))
+    return 0 if ok else 1

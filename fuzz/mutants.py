@@ -1,0 +1,111 @@
+"""Planted bugs: each a one-snippet change to the real source, applied in-process for the
+length of a ``with`` block. A fuzz target is only worth what it catches; the teeth test
+asserts that each target's smoke campaign finds every bug planted in the code it covers."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+
+PACKAGES = ("reference", "fast", "fuzz")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    target: str  # the campaign that must find it
+    module: str
+    old: str
+    new: str
+
+
+MUTANTS = [
+    Mutant(
+        "tie order by rank, not page",
+        "reference",
+        "reference.cp",
+        "    best = top_keys(torch.where(cands == PENDING, 0, cands).view(rows * hr, cp * TOPK), RANKED)\n",
+        "    flat = torch.where(cands == PENDING, 0, cands).view(rows * hr, cp * TOPK)\n"
+        "    best = flat.gather(1, torch.sort(flat >> 16, dim=-1, descending=True, stable=True).indices[:, :RANKED])\n",
+    ),
+    Mutant(
+        "causal cut one page late",
+        "reference",
+        "reference.cp",
+        "return torch.minimum(((own + cp - 1 - rank) // cp).clamp(min=0), n_local)",
+        "return torch.minimum(((own + cp - rank) // cp).clamp(min=0), n_local)",
+    ),
+    Mutant(
+        "compact width without its extra column",
+        "reference",
+        "reference.cp",
+        "    return -(-num_pages // cp) + 1\n",
+        "    return -(-num_pages // cp)\n",
+    ),
+    Mutant(
+        "two-level select keeps only the best group",
+        "reference",
+        "reference.selection",
+        "    kept = members.amax(dim=-1).topk(TOPK, dim=-1).indices  # [R, 16]\n",
+        "    kept = members.amax(dim=-1).topk(1, dim=-1).indices.expand(rows, TOPK)\n",
+    ),
+    Mutant(
+        "merge does not re-arm the q tile",
+        "kernels",
+        "fast.cp_kernels",
+        "    tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))\n",
+        "    tl.store(tile + hw, tl.load(tile + hw))\n",
+    ),
+    Mutant(
+        "query slots from the front",
+        "kernels",
+        "fast.cp_kernels",
+        "    slot = (_SLOTS - QLEN) + t % QLEN\n    base = tl.load(parity_ptr)",
+        "    slot = t % QLEN\n    base = tl.load(parity_ptr)",
+    ),
+    Mutant(
+        "own page not forced into slot 15",
+        "kernels",
+        "fast.cp_kernels",
+        "                tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))\n",
+        "                tl.store(dst, keys_to_pages(best))\n",
+    ),
+]
+
+
+@contextlib.contextmanager
+def applied(mutant: Mutant):
+    """Re-execute the mutant's module from mutated source, and rebind every name other
+    modules of the project imported from it; restore everything on exit."""
+    module = importlib.import_module(mutant.module)
+    source = inspect.getsource(module)
+    if source.count(mutant.old) != 1:
+        raise ValueError(f"mutant {mutant.name!r}: its snippet occurs {source.count(mutant.old)} times in {mutant.module}")
+    saved = dict(module.__dict__)
+    with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
+        # Triton reads a kernel's source from its file: give the mutated code a real one.
+        path = os.path.join(tmp, mutant.module.replace(".", "_") + ".py")
+        with open(path, "w") as f:
+            f.write(source.replace(mutant.old, mutant.new))
+        rebound = []
+        try:
+            exec(compile(open(path).read(), path, "exec"), module.__dict__)
+            changed = {id(old): module.__dict__[name] for name, old in saved.items() if module.__dict__.get(name) is not old and not name.startswith("__")}
+            for other in list(sys.modules.values()):
+                if other is module or not getattr(other, "__name__", "").startswith(PACKAGES):
+                    continue
+                for attr, value in list(vars(other).items()):
+                    if id(value) in changed:
+                        rebound.append((other, attr, value))
+                        setattr(other, attr, changed[id(value)])
+            yield
+        finally:
+            for other, attr, value in rebound:
+                setattr(other, attr, value)
+            module.__dict__.clear()
+            module.__dict__.update(saved)

@@ -1,0 +1,141 @@
+"""Run a campaign: Hypothesis over a target, a progress line, the shrunk failure and a
+one-line command that replays it."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, is_dataclass
+
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from .targets import TARGETS, Context
+
+DB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".hypothesis", "fuzz")
+BATCH = 50  # examples per Hypothesis run when running against the clock
+
+
+@dataclass
+class Result:
+    target: str
+    examples: int
+    seconds: float
+    failure: str | None = None
+    example: object = None
+    replay: str | None = None
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def found(self) -> bool:
+        return self.failure is not None
+
+
+def example_json(example) -> str:
+    def plain(x):
+        if is_dataclass(x):
+            return asdict(x)
+        if isinstance(x, tuple):
+            return [plain(v) for v in x]
+        return x
+
+    return json.dumps(plain(example), separators=(",", ":"))
+
+
+class _Progress:
+    def __init__(self, name: str, stream, quiet: bool):
+        self.name, self.stream, self.quiet = name, stream, quiet
+        self.count, self.start, self.shown = 0, time.monotonic(), 0.0
+
+    def tick(self) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if not self.quiet and now - self.shown >= 1.0:
+            self.shown = now
+            el = now - self.start
+            self.stream.write(f"\r{self.name}: {self.count} examples, {self.count / max(el, 1e-9):.1f}/s, {el:.0f} s ")
+            self.stream.flush()
+
+
+def run_campaign(
+    name: str,
+    *,
+    examples: int | None = None,
+    minutes: float | None = None,
+    seed: int | None = None,
+    backend: str = "auto",
+    database: bool = True,
+    quiet: bool = False,
+    stream=None,
+) -> Result:
+    """Run target ``name`` for ``examples`` examples or ``minutes`` (default: its smoke
+    budget). Returns the Result; a failure holds the shrunk example and its replay line."""
+    stream = stream or sys.stderr
+    target = TARGETS[name]
+    if backend == "auto":
+        from fast.backend import gpu_count
+
+        backend = "cuda" if gpu_count() else "cpu"
+    ctx = Context(backend, {})
+    progress = _Progress(name, stream, quiet)
+    deadline = time.monotonic() + minutes * 60 if minutes else None
+    budget = examples or (None if minutes else target.smoke)
+    failing: list = []
+    rng = random.Random(seed)
+    db = DirectoryBasedExampleDatabase(DB_DIR) if database else None
+    try:
+        while True:
+            batch = BATCH if budget is None else min(BATCH if deadline else budget, budget - progress.count)
+            if batch <= 0 or (deadline and time.monotonic() >= deadline):
+                break
+
+            @settings(
+                max_examples=batch,
+                deadline=None,
+                database=db,
+                derandomize=False,
+                suppress_health_check=list(HealthCheck),
+                phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+                report_multiple_bugs=False,
+            )
+            @given(target.examples())
+            def prop(example):
+                progress.tick()
+                try:
+                    target.check(example, ctx)
+                except BaseException:
+                    failing[:] = [example]
+                    raise
+
+            try:
+                hypothesis_seed(rng.getrandbits(64))(prop)()
+            except Exception as exc:  # noqa: BLE001 - a campaign reports whatever the check raised
+                ex = failing[0] if failing else None
+                replay = f"python -m fuzz replay {name} '{example_json(ex)}'" if ex is not None else None
+                return Result(name, progress.count, time.monotonic() - progress.start, f"{type(exc).__name__}: {exc}", ex, replay)
+    finally:
+        ctx.close()
+        if not quiet:
+            stream.write("\n")
+    return Result(name, progress.count, time.monotonic() - progress.start)
+
+
+def replay(name: str, example_text: str, backend: str = "auto") -> None:
+    """Re-run one example (as printed by a failure); raises what the check raises."""
+    from .strategies import DecodeConfig
+
+    raw = json.loads(example_text)
+    example = (DecodeConfig(**raw[0]), raw[1]) if isinstance(raw, list) else DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
+    if backend == "auto":
+        from fast.backend import gpu_count
+
+        backend = "cuda" if gpu_count() else "cpu"
+    ctx = Context(backend, {})
+    try:
+        TARGETS[name].check(example, ctx)
+    finally:
+        ctx.close()

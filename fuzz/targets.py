@@ -1,0 +1,229 @@
+"""Fuzz targets: what each campaign draws and what it checks.
+
+Every example is a ``DecodeConfig`` (plus, for ``inputs``, the name of one breakage), so any
+failure replays from one line of JSON. A check raises AssertionError (or the exception the
+code under test raised) on a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from hypothesis import strategies as st
+from hypothesis import target as steer
+
+import reference
+from reference import cp as ref_cp
+from reference.cases import EXACT_PATTERNS, PATTERNS
+from reference.constants import PAGE
+from reference.decode import full_scores
+from reference.selection import own_pages, stock_keys
+from reference.validate import check_decode_inputs
+
+from .strategies import DecodeConfig, decode_configs
+
+EXACT = tuple(EXACT_PATTERNS)
+
+
+@dataclass
+class Context:
+    """What checks share within a campaign: the backend and lazily started rank pools."""
+
+    backend: str
+    pools: dict
+
+    def device(self):
+        from fast.backend import resolve_device
+
+        return resolve_device("cuda" if self.backend == "cuda" else "cpu")
+
+    def pool(self, cp: int):
+        from fast.launcher import RankPool
+
+        if cp not in self.pools or not self.pools[cp]._procs:
+            self.pools[cp] = RankPool(cp, self.backend)
+        return self.pools[cp]
+
+    def close(self):
+        for p in self.pools.values():
+            p.close()
+
+
+def _steer(cfg: DecodeConfig) -> None:
+    """Steer toward page and 16-page boundaries and long histories."""
+    dist = min(min((n - 1) % PAGE, PAGE - 1 - (n - 1) % PAGE) for n in cfg.seq_lens)
+    steer(-float(dist), label="tokens from a page boundary")
+    pages = max((n - 1) // PAGE for n in cfg.seq_lens)
+    steer(-float(abs(pages - 16)), label="pages from the 16-page switch")
+
+
+def check_reference(cfg: DecodeConfig, ctx: Context) -> None:
+    """The CP simulation (every rank, step by step) equals the full-context oracle."""
+    _steer(cfg)
+    case = cfg.build()
+    width = ref_cp.compact_width(min(case.block_table.shape[1], 8192), cfg.cp) + cfg.extra_width
+    got = ref_cp.cp_decode(*case.args(), cp=cfg.cp, width=width)
+    want = reference.full_decode(*case.args())
+    assert torch.equal(got, want), f"cp_decode != full_decode at {(got != want).nonzero()[:4].tolist()}"
+
+
+def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
+    """Each kernel against the reference: the scorer (bit for bit on exact inputs), the stock
+    top-16 on its own scores, and CP = 1 in one process (oracle output, buffers re-armed)."""
+    from fast.cp import IndexerDecodeCP
+    from fast.stock import StockDecode
+    from fast.symm import SingleRankSymmetric
+
+    dev = ctx.device()
+    case = cfg.build()
+    heads, rows = case.index_q.shape[1], case.index_q.shape[0]
+    on = [x.to(dev) for x in (case.index_q, case.k_cache, case.block_table, case.seq_lens)]
+    batch = len(cfg.seq_lens)
+    # Stock: its own scores through the reference's stock selection.
+    stock = StockDecode(heads=heads, max_reqs=batch, device=dev)
+    stock.plan(on[2], on[3])
+    out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
+    stock.forward(on[0], on[1], out, case.query_len)
+    width = min(case.block_table.shape[1], 8192)
+    q = case.query_len
+    scores = stock._scores[batch].cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width]
+    own = own_pages(case.seq_lens, q).repeat_interleave(heads)
+    want = reference.selection.select(scores.reshape(-1, width), own, width, key="stock")
+    assert torch.equal(out.cpu().view(-1, 16), want), "stock top-16 != reference stock selection on its own scores"
+    if cfg.pattern in EXACT:
+        ref_scores = full_scores(check_decode_inputs(*case.args()))  # NaN where not stored
+        mine = scores.reshape(rows, heads, width)
+        stored = ~torch.isnan(ref_scores)
+        assert torch.equal(mine[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
+        # CP = 1 in one process: the whole protocol against the oracle.
+        state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
+        layer = state.new_layer()
+        plan = state.plan(on[2], on[3])
+        plan.scores.fill_(1e30)
+        out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
+        state.forward(layer, plan, on[0], on[1], out, q)
+        state.check()
+        assert torch.equal(out.cpu(), reference.full_decode(*case.args())), "CP=1 != full_decode"
+        assert bool((layer.tile.local == -1).all()), "the q tile was not re-armed"
+        assert bool((layer.recv.local == -1).all()), "the candidates were not reset"
+
+
+def check_protocol(cfg: DecodeConfig, ctx: Context) -> None:
+    """The multi-rank fast CP path equals the oracle, on CPU ranks or GPUs."""
+    from fast.programs import assemble, decode_on_rank
+
+    case = cfg.build()
+    results = ctx.pool(cfg.cp).run(decode_on_rank, case.to_dict(), "cp", poison=True, steps=2)
+    assert all(r["all_equal"] for r in results), "two steps of one layer gave different outputs"
+    assert torch.equal(assemble(results, case.index_q.shape[1]), reference.full_decode(*case.args())), "fast CP != full_decode"
+
+
+def check_stock(cfg: DecodeConfig, ctx: Context) -> None:
+    """The 16-bit contract: stock agrees with the exact oracle up to 16-bit ties (the q16
+    values of the ranked slots, read in order, are equal; short rows and slot 15 exact)."""
+    case = cfg.build()
+    exact, stock = reference.full_decode(*case.args()), reference.stock_decode(*case.args())
+    assert torch.equal(exact[:, :, 15], stock[:, :, 15])
+    inputs = check_decode_inputs(*case.args())
+    scores = full_scores(inputs)
+    own = own_pages(inputs.seq_lens, inputs.query_len)
+    rows, heads, width = scores.shape
+    j = torch.arange(width)
+    for row in range(rows):
+        o = int(own[row])
+        if o + 1 <= 16:
+            assert torch.equal(exact[row], stock[row])
+            continue
+        valid = (j < min(o, inputs.num_pages))[None, :].expand(heads, width)
+        keys = stock_keys(torch.where(valid, scores[row], 0.0), j, valid) >> 16
+        for h in range(heads):
+            e = [int(keys[h, p]) if p >= 0 else -1 for p in exact[row, h, :15].tolist()]
+            s = [int(keys[h, p]) if p >= 0 else -1 for p in stock[row, h, :15].tolist()]
+            assert e == s, f"row {row} head {h}: q16 order differs: exact {e} stock {s}"
+
+
+BREAKAGES = {
+    "q-float32": ("index_q", TypeError, lambda a: a.update(index_q=a["index_q"].float())),
+    "q-heads-3": ("index_q", ValueError, lambda a: a.update(index_q=a["index_q"][:, :3])),
+    "q-rows": ("index_q", ValueError, lambda a: a.update(index_q=a["index_q"][1:])),
+    "q-nan": ("index_q", ValueError, lambda a: a["index_q"].view(torch.uint8).view(-1).__setitem__(0, 0xFF)),
+    "k-shape": ("k_cache", ValueError, lambda a: a.update(k_cache=a["k_cache"][:, :, :71].contiguous())),
+    "bt-int64": ("block_table", TypeError, lambda a: a.update(block_table=a["block_table"].long())),
+    "bt-rows": ("block_table", ValueError, lambda a: a.update(block_table=a["block_table"][:0])),
+    "len-int64": ("seq_lens", TypeError, lambda a: a.update(seq_lens=a["seq_lens"].long())),
+    "query-len-9": ("query_len", ValueError, lambda a: a.update(query_len=9)),
+    "query-len-0": ("query_len", ValueError, lambda a: a.update(query_len=0)),
+}
+
+
+def inputs_examples():
+    return st.tuples(decode_configs(max_pages=40), st.sampled_from(sorted(BREAKAGES)))
+
+
+def check_inputs(example, ctx: Context) -> None:
+    """Bad host input raises the documented exception naming the argument, on every entry
+    point (reference paths; the fast CP and stock plan + forward), never crashes or hangs."""
+    from fast.cp import IndexerDecodeCP
+    from fast.stock import StockDecode
+    from fast.symm import SingleRankSymmetric
+
+    cfg, name = example
+    if isinstance(cfg, dict):
+        cfg = DecodeConfig(**cfg)
+    arg, exc, breakage = BREAKAGES[name]
+    args = cfg.build().to_dict()
+    args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
+    batch, heads = args["seq_lens"].shape[0], args["index_q"].shape[1]
+    breakage(args)
+    order = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
+    calls = {
+        "full": lambda: reference.full_decode(*(args[k] for k in order)),
+        "stock": lambda: reference.stock_decode(*(args[k] for k in order)),
+        "cp": lambda: reference.cp_decode(*(args[k] for k in order), cp=cfg.cp),
+    }
+    dev = ctx.device()
+
+    def fast_cp():
+        state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
+        plan = state.plan(args["block_table"].to(dev), args["seq_lens"].to(dev))
+        out = torch.full((batch * cfg.query_len, heads, 16), -7, dtype=torch.int32, device=dev)
+        state.forward(state.new_layer(), plan, args["index_q"].to(dev), args["k_cache"].to(dev), out, args["query_len"])
+
+    def fast_stock():
+        state = StockDecode(heads=heads, max_reqs=batch, device=dev)
+        state.plan(args["block_table"].to(dev), args["seq_lens"].to(dev))
+        out = torch.full((batch * cfg.query_len, heads, 16), -7, dtype=torch.int32, device=dev)
+        state.forward(args["index_q"].to(dev), args["k_cache"].to(dev), out, args["query_len"])
+
+    if name not in ("q-nan",):  # the fast path checks metadata only (no device sync)
+        calls["fast-cp"] = fast_cp
+        calls["fast-stock"] = fast_stock
+    for where, call in calls.items():
+        try:
+            call()
+        except exc as e:
+            assert arg in str(e), f"{where}: {type(e).__name__} does not name {arg}: {e}"
+        else:
+            raise AssertionError(f"{where}: {name} raised nothing (expected {exc.__name__} naming {arg})")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A campaign: ``examples()`` is the Hypothesis strategy, ``check(example, ctx)`` the
+    property; ``smoke`` the example budget of ``make fuzz-smoke`` (and of the teeth test)."""
+
+    examples: Callable
+    check: Callable
+    smoke: int
+
+
+TARGETS = {
+    "reference": Target(lambda: decode_configs(max_pages=300), check_reference, 150),
+    "kernels": Target(lambda: decode_configs(max_pages=24), check_kernels, 12),
+    # CP = 8 would put 8 interpreter processes on a CI machine's 2 cores; GPUs take it.
+    "protocol": Target(lambda: decode_configs(max_pages=40, patterns=EXACT, cps=(1, 2, 4)), check_protocol, 12),
+    "stock": Target(lambda: decode_configs(max_pages=120, patterns=PATTERNS), check_stock, 60),
+    "inputs": Target(inputs_examples, check_inputs, 40),
+}
