@@ -6,15 +6,11 @@ from __future__ import annotations
 import torch
 
 from reference.constants import HEAD_DIM, MAX_QUERY_LEN, PAGE, ROW_BYTES, TOPK
+from reference.validate import check_int, check_tensor
 
 
 def _tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
-    if x.dim() != dims:
-        raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
+    check_tensor(name, x, dtype, dims)
     if x.device != device:
         raise ValueError(f"{name}: expected device {device}, got {x.device}")
     if not x.is_contiguous():
@@ -42,10 +38,7 @@ def table_not_wider(width: int, planned: int) -> None:
 
 def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, device: torch.device) -> None:
     """index_q e4m3 [B * q, heads, 128], k_cache uint8 [N, 128, 72], out int32 [B * q, heads, 16]."""
-    if isinstance(query_len, bool) or not isinstance(query_len, int):
-        raise TypeError(f"query_len: expected an int, got {type(query_len).__name__}")
-    if not 1 <= query_len <= MAX_QUERY_LEN:
-        raise ValueError(f"query_len: must be in 1..{MAX_QUERY_LEN}, got {query_len}")
+    check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
     rows = batch * query_len
     _tensor("index_q", index_q, torch.float8_e4m3fn, 3, device)
     if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
@@ -59,8 +52,4 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
 
 
 def positive_int(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name}: must be >= 1, got {value}")
-    return value
+    return check_int(name, value, low=1)

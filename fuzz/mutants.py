@@ -107,5 +107,26 @@ def applied(mutant: Mutant):
         finally:
             for other, attr, value in rebound:
                 setattr(other, attr, value)
-            module.__dict__.clear()
+            # Put every original name back, but delete nothing: the Triton interpreter adds
+            # its own globals to a kernel's module when it first runs the kernel, and its
+            # cached kernels need them.
             module.__dict__.update(saved)
+
+
+def hunt(name: str, seed: int = 0) -> dict:
+    """Plant mutant ``name`` and run its target's smoke campaign; a summary dict."""
+    from .runner import run_campaign
+    from .targets import TARGETS
+
+    mutant = next(m for m in MUTANTS if m.name == name)
+    with applied(mutant):
+        result = run_campaign(mutant.target, examples=TARGETS[mutant.target].smoke, seed=seed, database=False, quiet=True)
+    return {"mutant": name, "target": mutant.target, "found": result.found, "examples": result.examples, "failure": result.failure, "replay": result.replay}
+
+
+if __name__ == "__main__":
+    # One mutant per process: Triton's interpreter caches rewritten kernels, so a planted
+    # kernel bug is only reliably undone by ending the process.
+    import json
+
+    print(json.dumps(hunt(sys.argv[1])))

@@ -46,13 +46,18 @@ class DecodeInputs:
         return min(self.block_table.shape[1], MAX_PAGES)
 
 
-def _tensor(name: str, x, dtype: torch.dtype, dims: int) -> torch.Tensor:
+def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
+    """A torch.Tensor of this dtype and rank, or TypeError/ValueError naming the argument."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dtype != dtype:
         raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
     if x.dim() != dims:
         raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
+
+
+def _tensor(name: str, x, dtype: torch.dtype, dims: int) -> torch.Tensor:
+    check_tensor(name, x, dtype, dims)
     return x.detach().cpu().contiguous()
 
 
@@ -63,7 +68,8 @@ def check_int(name: str, value, allowed=None, low=None, high=None) -> int:
     if allowed is not None and value not in allowed:
         raise ValueError(f"{name}: must be one of {tuple(allowed)}, got {value}")
     if low is not None and value < low or high is not None and value > high:
-        raise ValueError(f"{name}: must be in {low}..{high}, got {value}")
+        bound = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name}: must be {bound}, got {value}")
     return value
 
 
