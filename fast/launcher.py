@@ -37,6 +37,7 @@ class RankContext:
 
 
 def _worker(rank: int, world: int, backend: str, init_file: str, commands, results) -> None:
+    # Imported here, in the child, after its environment (TRITON_INTERPRET) is in place.
     import torch
     import torch.distributed as dist
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
 import os
 import sys
 import tempfile
@@ -127,6 +128,4 @@ def hunt(name: str, seed: int = 0) -> dict:
 if __name__ == "__main__":
     # One mutant per process: Triton's interpreter caches rewritten kernels, so a planted
     # kernel bug is only reliably undone by ending the process.
-    import json
-
     print(json.dumps(hunt(sys.argv[1])))

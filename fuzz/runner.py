@@ -20,6 +20,16 @@ DB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 BATCH = 50  # examples per Hypothesis run when running against the clock
 
 
+def _resolve(backend: str) -> str:
+    """"auto" -> "cuda" where a GPU is visible, else "cpu" (imports fast: call it after
+    the CLI has settled TRITON_INTERPRET)."""
+    if backend != "auto":
+        return backend
+    from fast.backend import gpu_count
+
+    return "cuda" if gpu_count() else "cpu"
+
+
 @dataclass
 class Result:
     target: str
@@ -76,11 +86,7 @@ def run_campaign(
     budget). Returns the Result; a failure holds the shrunk example and its replay line."""
     stream = stream or sys.stderr
     target = TARGETS[name]
-    if backend == "auto":
-        from fast.backend import gpu_count
-
-        backend = "cuda" if gpu_count() else "cpu"
-    ctx = Context(backend, {})
+    ctx = Context(_resolve(backend), {})
     progress = _Progress(name, stream, quiet)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     budget = examples or (None if minutes else target.smoke)
@@ -130,11 +136,7 @@ def replay(name: str, example_text: str, backend: str = "auto") -> None:
 
     raw = json.loads(example_text)
     example = (DecodeConfig(**raw[0]), raw[1]) if isinstance(raw, list) else DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
-    if backend == "auto":
-        from fast.backend import gpu_count
-
-        backend = "cuda" if gpu_count() else "cpu"
-    ctx = Context(backend, {})
+    ctx = Context(_resolve(backend), {})
     try:
         TARGETS[name].check(example, ctx)
     finally:

@@ -14,6 +14,7 @@ from reference.cases import PATTERNS, Case, make_case
 from reference.constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
 
 SMALL_EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129)
+BIG_EDGE_PAGES = (2048, 2049, 8191, 8192, 8197)  # the MAX_PAGES edge and past it
 EDGE_OFFSETS = (-1, 0, 1, 127)  # tokens past a page boundary (see reference.cases.seq_len_for)
 
 
@@ -46,23 +47,27 @@ class DecodeConfig:
 
 
 @st.composite
-def seq_lens(draw, query_len: int, max_pages: int):
-    """Lengths biased to page boundaries and the 16-page switch; each >= query_len."""
+def seq_lens(draw, query_len: int, max_pages: int, big: bool = False):
+    """Lengths biased to page boundaries and the 16-page switch; each >= query_len. With
+    ``big``, one request in ~20 sits at the 8192-page edge or past it (they cost seconds)."""
     batch = draw(st.integers(1, 3))
     out = []
     for _ in range(batch):
-        pages = draw(st.one_of(st.sampled_from(SMALL_EDGE_PAGES), st.integers(0, max_pages)))
+        if big and draw(st.integers(0, 19)) == 0:
+            pages = draw(st.sampled_from(BIG_EDGE_PAGES))
+        else:
+            pages = draw(st.one_of(st.sampled_from(SMALL_EDGE_PAGES), st.integers(0, max_pages)))
         offset = draw(st.one_of(st.sampled_from(EDGE_OFFSETS), st.integers(0, PAGE - 1)))
         out.append(max(query_len, pages * PAGE + 1 + offset))
     return tuple(out)
 
 
 @st.composite
-def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_CP):
+def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_CP, big: bool = False):
     """CP and head layouts, query lengths, lengths, and tables that fit, are narrower than
     the history (lengths past the table) or wider than it."""
     query_len = draw(st.integers(1, MAX_QUERY_LEN))
-    lens = draw(seq_lens(query_len, max_pages))
+    lens = draw(seq_lens(query_len, max_pages, big))
     fit = max(1, max(-(-n // PAGE) for n in lens))
     table = draw(st.sampled_from(["fit", "narrow", "wide"]))
     if table == "narrow":

@@ -2,7 +2,8 @@
 
 Every example is a ``DecodeConfig`` (plus, for ``inputs``, the name of one breakage), so any
 failure replays from one line of JSON. A check raises AssertionError (or the exception the
-code under test raised) on a failure.
+code under test raised) on a failure. ``fast`` is imported inside the checks: importing it
+settles the Triton backend, which the CLI's ``--backend`` must be able to choose first.
 """
 
 from __future__ import annotations
@@ -223,10 +224,10 @@ class Target:
 
 
 TARGETS = {
-    "reference": Target(lambda: decode_configs(max_pages=300), check_reference, 150),
+    "reference": Target(lambda: decode_configs(max_pages=300, big=True), check_reference, 150),
     "kernels": Target(lambda: decode_configs(max_pages=24), check_kernels, 12),
     # CP = 8 would put 8 interpreter processes on a CI machine's 2 cores; GPUs take it.
     "protocol": Target(lambda: decode_configs(max_pages=40, patterns=EXACT, cps=(1, 2, 4)), check_protocol, 12),
-    "stock": Target(lambda: decode_configs(max_pages=120, patterns=PATTERNS), check_stock, 60),
+    "stock": Target(lambda: decode_configs(max_pages=120, patterns=PATTERNS, big=True), check_stock, 60),
     "inputs": Target(inputs_examples, check_inputs, 40),
 }

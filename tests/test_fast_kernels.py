@@ -13,6 +13,7 @@ from fast.cp import IndexerDecodeCP
 from fast.cp_kernels import compact_table_kernel
 from fast.jit_helpers import fmaf
 from fast.scorer import score_pages
+from fast.select_shape import SelectShape
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import DecodeConfig, decode_configs
@@ -112,8 +113,6 @@ def _stock_case(cfg: DecodeConfig, max_chunk: int):
     layout_heads = case.index_q.shape[1]
     sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV)
     sd.plan(on(case.block_table), on(case.seq_lens))
-    from fast.select_shape import SelectShape
-
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
     out = on(torch.full((case.index_q.shape[0], layout_heads, 16), -7, dtype=torch.int32))
     sd.forward(on(case.index_q), on(case.k_cache), out, case.query_len)

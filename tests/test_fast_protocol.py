@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 
 import reference
+from fast.cli import main
 from fast.launcher import RankError, RankPool
 from fast.programs import assemble, decode_on_rank, run_case
 from fuzz.strategies import decode_configs
@@ -107,8 +108,6 @@ def _missing_peer(ctx, case):
 
 
 def test_cli_decode_writes_the_assembled_output(tmp_path):
-    from fast.cli import main
-
     case = make_case(11, [seq_len_for(30, 2), seq_len_for(5, 0)], query_len=2, heads=4, pattern="zeros")
     case.save(tmp_path / "case.pt")
     for path, want in (("cp", reference.full_decode), ("stock", reference.stock_decode)):
