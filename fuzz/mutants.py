@@ -117,11 +117,10 @@ def applied(mutant: Mutant):
 def hunt(name: str, seed: int = 0) -> dict:
     """Plant mutant ``name`` and run its target's smoke campaign; a summary dict."""
     from .runner import run_campaign
-    from .targets import TARGETS
 
     mutant = next(m for m in MUTANTS if m.name == name)
     with applied(mutant):
-        result = run_campaign(mutant.target, examples=TARGETS[mutant.target].smoke, seed=seed, database=False, quiet=True)
+        result = run_campaign(mutant.target, smoke=True, seed=seed, database=False, quiet=True)
     return {"mutant": name, "target": mutant.target, "found": result.found, "examples": result.examples, "failure": result.failure, "replay": result.replay}
 
 

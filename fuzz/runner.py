@@ -81,9 +81,12 @@ def run_campaign(
     database: bool = True,
     quiet: bool = False,
     stream=None,
+    smoke: bool = False,
 ) -> Result:
-    """Run target ``name`` for ``examples`` examples or ``minutes`` (default: its smoke
-    budget). Returns the Result; a failure holds the shrunk example and its replay line."""
+    """Run target ``name`` for ``examples`` examples or ``minutes``; ``smoke`` (also the
+    default without either) uses the target's smoke budget and strategy. Returns the Result;
+    a failure holds the shrunk example and its replay line."""
+    smoke = smoke or not (examples or minutes)
     stream = stream or sys.stderr
     target = TARGETS[name]
     ctx = Context(_resolve(backend), {})
@@ -108,7 +111,7 @@ def run_campaign(
                 phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
                 report_multiple_bugs=False,
             )
-            @given(target.examples())
+            @given(target.examples(smoke))
             def prop(example):
                 progress.tick()
                 try:
