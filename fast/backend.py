@@ -39,3 +39,10 @@ def resolve_device(device) -> "torch.device":
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def pdl_options(pdl: bool) -> dict:
+    """Launch keywords for a kernel with a ``PDL`` constexpr: with PDL on, the kernel is
+    launched as a programmatic dependent (``launch_pdl``) and its gdc_wait/launch_dependents
+    are compiled in. PDL exists on GPUs only; callers turn it off under the interpreter."""
+    return {"PDL": True, "launch_pdl": True} if pdl else {"PDL": False}

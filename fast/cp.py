@@ -16,6 +16,7 @@ from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPOR
 from reference.cp import HeadLayout, compact_width
 
 from . import checks
+from .backend import pdl_options
 from .cp_kernels import compact_table_kernel, finish_step_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
@@ -98,7 +99,7 @@ class IndexerDecodeCP:
         self.max_reqs = max_reqs
         self.rows_max = max_reqs * SLOTS
         self.spin_limit = spin_limit or DEFAULT_SPIN_LIMIT[self.device.type]
-        self.pdl = pdl
+        self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
         self.max_chunk = max_chunk
         self.width = 0  # compact width W, fixed by the first plan
         self.shape: SelectShape | None = None
@@ -169,7 +170,7 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, PDL=self.pdl)
+        common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl))
         clock = _StageClock(stage_times, self.device)
         q_exchange_kernel[(rows,)](
             index_q.view(torch.int32), layer.tile.ptrs, layer.parity, self.error,
@@ -197,7 +198,7 @@ class IndexerDecodeCP:
             H=self.heads, HR=hr, **common,
         )  # fmt: skip
         n = out.numel()
-        finish_step_kernel[(triton.cdiv(n, _FINISH_BLOCK),)](layer.parity, self.error, out, n, BLOCK=_FINISH_BLOCK, PDL=self.pdl)
+        finish_step_kernel[(triton.cdiv(n, _FINISH_BLOCK),)](layer.parity, self.error, out, n, BLOCK=_FINISH_BLOCK, **pdl_options(self.pdl))
         clock.lap("merge")
         return out
 

@@ -17,6 +17,7 @@ import triton.language as tl
 from reference.constants import CODE_BYTES, HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
 from reference.nvfp4 import dequant_table
 
+from .backend import pdl_options
 from .jit_helpers import pdl_wait
 
 _PAGE = tl.constexpr(PAGE)
@@ -142,7 +143,7 @@ def score_pages(
         HS=hs,
         ROWS=rows,
         V=v,
-        PDL=pdl,
+        **pdl_options(pdl),
     )
     return out
 

@@ -11,7 +11,7 @@ import triton.language as tl
 from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
-from .backend import resolve_device
+from .backend import pdl_options, resolve_device
 from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, short_row, top16
 from .scorer import score_pages
 from .select_shape import SelectShape
@@ -96,7 +96,7 @@ class StockDecode:
         self.heads = heads
         self.max_reqs = max_reqs
         self.device = resolve_device(device)
-        self.pdl = pdl
+        self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
         self.width = 0  # score columns, fixed by the first plan
         self.shape: SelectShape | None = None
         self._tiles: dict[int, torch.Tensor] = {}
@@ -129,7 +129,7 @@ class StockDecode:
             return out
         tile, scores = self._tiles[batch], self._scores[batch]
         width = min(self.block_table.shape[1], MAX_PAGES)
-        _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, PDL=self.pdl)
+        _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, **pdl_options(self.pdl))
         score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl)
         shape = self.shape
         _stock_topk_kernel[(rows, self.heads)](
@@ -145,6 +145,6 @@ class StockDecode:
             NUM_GROUPS=shape.num_groups,
             GROUP=shape.group,
             EMULATE_FMA=self.device.type != "cuda",
-            PDL=self.pdl,
+            **pdl_options(self.pdl),
         )
         return out
