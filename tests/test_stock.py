@@ -4,21 +4,9 @@ import torch
 from hypothesis import given
 
 from fuzz.strategies import decode_configs
+from fuzz.targets import Context, check_stock
 from reference import full_decode, stock_decode
 from reference.constants import CODE_BYTES, PAGE_BYTES
-from reference.decode import full_scores
-from reference.selection import own_pages, stock_keys
-from reference.validate import check_decode_inputs
-
-
-def q16_of(scores_row, own, num_pages, pages):
-    """The stock q16 of each listed page (-1 for -1), over the row's ranked scores."""
-    n = min(own, num_pages)
-    valid = torch.zeros(1, scores_row.numel(), dtype=torch.bool)
-    valid[0, :n] = True
-    clean = torch.where(valid[0], scores_row, 0.0)
-    q16 = stock_keys(clean[None, :], torch.arange(scores_row.numel()), valid)[0] >> 16
-    return [int(q16[p]) if p >= 0 else -1 for p in pages]
 
 
 @given(decode_configs(max_pages=120))
@@ -26,22 +14,8 @@ def test_stock_agrees_with_exact_up_to_16_bit_ties(cfg):
     """Rule: short rows and slot 15 are equal; in the ranked slots, the q16 values read in
     order are equal (q16 is monotone in the score, so both lists take every page above the
     boundary bucket and differ only in which pages of the boundary bucket they keep, and
-    in order within equal buckets)."""
-    case = cfg.build()
-    exact, stock = full_decode(*case.args()), stock_decode(*case.args())
-    assert torch.equal(exact[:, :, 15], stock[:, :, 15])
-    inputs = check_decode_inputs(*case.args())
-    scores = full_scores(inputs)
-    own = own_pages(inputs.seq_lens, inputs.query_len)
-    for row in range(exact.shape[0]):
-        o = int(own[row])
-        for h in range(exact.shape[1]):
-            if o + 1 <= 16:
-                assert torch.equal(exact[row, h], stock[row, h])
-                continue
-            e = q16_of(scores[row, h], o, inputs.num_pages, exact[row, h, :15].tolist())
-            s = q16_of(scores[row, h], o, inputs.num_pages, stock[row, h, :15].tolist())
-            assert e == s, (row, h, exact[row, h].tolist(), stock[row, h].tolist())
+    in order within equal buckets). The rule lives in the fuzz target, which checks it."""
+    check_stock(cfg, Context("cpu", {}))
 
 
 def separated_cache() -> torch.Tensor:
