@@ -50,6 +50,3 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
 
-
-def positive_int(name: str, value) -> int:
-    return check_int(name, value, low=1)

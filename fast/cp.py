@@ -14,6 +14,7 @@ import triton
 
 from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
 from reference.cp import HeadLayout, compact_width
+from reference.validate import check_int
 
 from . import checks
 from .backend import pdl_options
@@ -85,12 +86,9 @@ class IndexerDecodeCP:
     """
 
     def __init__(self, *, heads: int, max_reqs: int, symm: Symmetric, spin_limit: int | None = None, pdl: bool = False, max_chunk: int = MAX_CHUNK):
-        cp = symm.world
-        if cp not in SUPPORTED_CP:
-            raise ValueError(f"cp: world size must be one of {SUPPORTED_CP}, got {cp}")
-        if heads not in SUPPORTED_HEADS:
-            raise ValueError(f"heads: must be one of {SUPPORTED_HEADS}, got {heads}")
-        checks.positive_int("max_reqs", max_reqs)
+        cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
+        check_int("heads", heads, allowed=SUPPORTED_HEADS)
+        check_int("max_reqs", max_reqs, low=1)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
         self.layout = HeadLayout(cp, heads)
         self.owned = self.layout.heads_of(self.rank)
