@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 import torch
 
 from reference.cases import Case
+from reference.cli import run_command
 from reference.constants import SUPPORTED_CP
 
 from .backend import gpu_count
@@ -46,9 +46,4 @@ def main(argv=None) -> int:
     m = sub.add_parser("demo", help="CP and stock on a synthetic workload, checked against the reference")
     m.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     m.set_defaults(run=lambda a: 0 if run_demo(a.backend) else 1)
-    args = parser.parse_args(argv)
-    try:
-        return args.run(args)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(parser.parse_args(argv))

@@ -136,7 +136,11 @@ def main(argv=None) -> int:
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(run=_make_case)
     sub.add_parser("demo", help="CP vs full on a synthetic workload").set_defaults(run=lambda _: 0 if demo() else 1)
-    args = parser.parse_args(argv)
+    return run_command(parser.parse_args(argv))
+
+
+def run_command(args) -> int:
+    """Run a parsed sub-command; bad input (ValueError/TypeError) is a one-line error, exit 2."""
     try:
         return args.run(args)
     except (ValueError, TypeError) as exc:
