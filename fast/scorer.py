@@ -14,8 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import CODE_BYTES, HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
+from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES, SLOTS
 from reference.nvfp4 import dequant_table
+from reference.scores import check_score_shapes
 
 from .backend import pdl_options
 from .jit_helpers import pdl_wait
@@ -111,12 +112,9 @@ def score_pages(
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
     CP path's double-buffered tiles); by default the tile itself.
     """
-    batch, slots, hs, dim = q_tile.shape
-    width = block_table.shape[1]
-    if slots != SLOTS or dim != HEAD_DIM:
-        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
-    if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32 or out.stride(2) != 1:
-        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}] with unit column stride")
+    batch, hs, width = check_score_shapes(q_tile, block_table, out)
+    if out.stride(2) != 1:
+        raise ValueError(f"out: columns must be contiguous (strides {out.stride()})")
     if batch == 0 or width == 0:
         return out
     device = q_tile.device

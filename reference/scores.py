@@ -56,6 +56,18 @@ def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace) -> 
     return dots.amax(dim=1).T.to(torch.float32) + 0.0
 
 
+def check_score_shapes(q_tile: torch.Tensor, block_table: torch.Tensor, out: torch.Tensor) -> tuple[int, int, int]:
+    """The scorer's shapes: q_tile [B, 8, Hs, 128], block_table [B, W], out float32
+    [B, 8 * Hs, W]. Returns (B, Hs, W); ValueError naming the argument otherwise."""
+    batch, slots, hs, dim = q_tile.shape
+    if slots != SLOTS or dim != HEAD_DIM:
+        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
+    width = block_table.shape[1]
+    if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32:
+        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {out.dtype} {list(out.shape)}")
+    return batch, hs, width
+
+
 def score_pages(
     q_tile: torch.Tensor,
     k_cache: torch.Tensor,
@@ -72,12 +84,7 @@ def score_pages(
     ``j < own(slot) = (len - 8 + slot) // 128``. Returns ``out``.
     Only the table entries of computed columns are read; they must lie in ``[0, N)``.
     """
-    batch, slots, hs, dim = q_tile.shape
-    if slots != SLOTS or dim != HEAD_DIM:
-        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
-    width = block_table.shape[1]
-    if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32:
-        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {out.dtype} {list(out.shape)}")
+    batch, hs, width = check_score_shapes(q_tile, block_table, out)
     n_scored = scored_pages(lens, width)
     own = stored_pages(lens).repeat_interleave(hs, dim=1)  # [B, 8 * Hs], per row
     num_blocks = k_cache.shape[0]
