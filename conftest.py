@@ -1,11 +1,38 @@
-"""Test-wide setup: the Triton backend, Hypothesis profiles and the GPU-tier markers."""
+"""Test-wide setup: the GPU each xdist worker uses, the Triton backend, Hypothesis profiles
+and the GPU-tier markers."""
 
 import os
+import shutil
+import subprocess
+import sys
 
-import pytest
-from hypothesis import HealthCheck, settings
 
-from fast.backend import gpu_count, select_backend
+def _pin_xdist_worker_to_one_gpu() -> None:
+    """Under pytest-xdist on a GPU machine, worker gwN sees only GPU N mod count.
+
+    Runs before torch is imported: CUDA reads CUDA_VISIBLE_DEVICES once, at its first use.
+    The count comes from a child process so this process never touches CUDA before the
+    mapping (an existing CUDA_VISIBLE_DEVICES list is honored and subdivided).
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or shutil.which("nvidia-smi") is None:
+        return
+    probe = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False)
+    count = int(found.stdout.strip() or 0) if found.returncode == 0 else 0
+    if count == 0:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",")[:count] if visible else [str(i) for i in range(count)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(worker[2:]) % len(ids)]
+
+
+_pin_xdist_worker_to_one_gpu()
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from fast.backend import gpu_count, select_backend  # noqa: E402
 
 # Before any test module imports a Triton kernel: GPU if present, else the interpreter.
 BACKEND = select_backend()
@@ -20,7 +47,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.enviro
 
 
 def pytest_report_header(config):
-    return f"backend: {BACKEND} (GPUs: {gpu_count()}); hypothesis profile: {settings().max_examples} examples"
+    pinned = os.environ.get("CUDA_VISIBLE_DEVICES")
+    where = f"; CUDA_VISIBLE_DEVICES={pinned}" if pinned is not None else ""
+    return f"backend: {BACKEND} (GPUs: {gpu_count()}{where}); hypothesis profile: {settings().max_examples} examples"
 
 
 def pytest_collection_modifyitems(config, items):
