@@ -27,6 +27,17 @@ def gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def p2p_gpus() -> int:
+    """The CP size the GPUs support: the largest of 1, 2, 4, 8 such that GPUs 0..n-1 all
+    have peer access to each other (0 without GPUs)."""
+    count = gpu_count()
+    best = min(count, 1)
+    for n in (2, 4, 8):
+        if n <= count and all(torch.cuda.can_device_access_peer(a, b) for a in range(n) for b in range(n) if a != b):
+            best = n
+    return best
+
+
 def default_device() -> "torch.device":
     """Where single-process fast tests and tools put tensors: the GPU if one is used."""
     return resolve_device("cuda" if select_backend() == "cuda" else "cpu")

@@ -210,24 +210,32 @@ class IndexerDecodeCP:
             raise PeerTimeoutError(f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived")
 
 
-def cp_unsupported_reason(*, world: int, heads: int, max_query_len: int, symm: Symmetric | None) -> str | None:
-    """Why CP decode cannot run in this configuration, or None if it can."""
+def cp_unsupported_reason(*, world: int, heads: int, max_query_len: int, symm: Symmetric | None, symm_reason: str | None = None) -> str | None:
+    """Why CP decode should not run in this configuration, or None if it can.
+
+    symm_reason: why the ranks have no symmetric memory (``open_cuda_symmetric``'s answer).
+    """
     if world not in SUPPORTED_CP:
         return f"{world} ranks (CP needs one of {SUPPORTED_CP})"
     if heads not in SUPPORTED_HEADS:
         return f"{heads} index heads (needs one of {SUPPORTED_HEADS})"
     if max_query_len > SLOTS:
         return f"decode query length {max_query_len} > {SLOTS}"
+    if world == 1:
+        return "a single rank (one GPU): there are no peers to split the pages with"
     if symm is None:
-        return "the ranks have no symmetric memory between them"
+        return symm_reason or "the ranks have no symmetric memory between them"
     return None
 
 
-def build_cp_decode(*, heads: int, max_reqs: int, max_query_len: int, symm: Symmetric | None, world: int | None = None, **kwargs) -> IndexerDecodeCP | None:
+def build_cp_decode(
+    *, heads: int, max_reqs: int, max_query_len: int, symm: Symmetric | None, world: int | None = None, symm_reason: str | None = None, **kwargs
+) -> IndexerDecodeCP | None:
     """The process's CP decode state, or None (use ``StockDecode``) with the reason logged
-    once. Build it once per process; kwargs go to IndexerDecodeCP."""
+    once. Build it once per process; kwargs go to IndexerDecodeCP. ``world`` is needed only
+    where ``symm`` is None."""
     world = symm.world if symm is not None else (world or 1)
-    why = cp_unsupported_reason(world=world, heads=heads, max_query_len=max_query_len, symm=symm)
+    why = cp_unsupported_reason(world=world, heads=heads, max_query_len=max_query_len, symm=symm, symm_reason=symm_reason)
     if why is not None:
         log.warning("CP decode disabled: %s; using the stock decode", why)
         return None

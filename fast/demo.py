@@ -11,7 +11,7 @@ import torch
 import reference
 from reference.cases import make_case, seq_len_for
 
-from .backend import gpu_count
+from .backend import gpu_count, p2p_gpus
 from .launcher import RankPool
 from .programs import assemble, decode_on_rank
 
@@ -23,9 +23,11 @@ GPU_PAGES = (3, 17, 1000, 8192)
 
 
 def demo_plan(backend: str) -> list[int]:
-    """CP sizes to run: every GPU (as one CP group), or 2 and 4 simulated CPU ranks."""
+    """CP sizes to run: the GPUs that have P2P between them (one CP group; 1 on a single GPU,
+    where production falls back to stock but the CP path still runs for the check), or 2 and
+    4 simulated CPU ranks."""
     if backend == "cuda":
-        return [max(1, min(8, gpu_count()))]
+        return [max(1, p2p_gpus())]
     return [2, 4]
 
 
@@ -43,7 +45,7 @@ def run_demo(backend: str = "auto", file=None) -> bool:
                 case = make_case(cp * 10 + q, [seq_len_for(p, 3) for p in pages], query_len=q, heads=HEADS, pattern="exact")
                 oracle = {"cp": reference.full_decode(*case.args()), "stock": reference.stock_decode(*case.args())}
                 for path in ("stock", "cp"):
-                    results = pool.run(decode_on_rank, case.to_dict(), path, steps=2, warmup=1, time_stages=path == "cp")
+                    results = pool.run(decode_on_rank, case.to_dict(), path, steps=2, warmup=1, time_stages=path == "cp", pdl=backend == "cuda")
                     agree = torch.equal(assemble(results, HEADS), oracle[path])
                     ok &= agree
                     stages = results[0]["stages"]

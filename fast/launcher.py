@@ -32,7 +32,8 @@ class RankContext:
     world: int
     backend: str
     device: object
-    symm: object
+    symm: object  # a Symmetric, or None where the ranks cannot share memory (see symm_reason)
+    symm_reason: str | None = None
     state: dict = field(default_factory=dict)
 
 
@@ -41,19 +42,24 @@ def _worker(rank: int, world: int, backend: str, init_file: str, commands, resul
     import torch
     import torch.distributed as dist
 
-    from .symm import CudaSymmetric, ShmSymmetric
+    from .symm import ShmSymmetric, open_cuda_symmetric
 
+    reason = None
     if backend == "cuda":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        gpus = torch.cuda.device_count()
+        torch.cuda.set_device(rank % gpus)
         device = torch.device("cuda", torch.cuda.current_device())
-        dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world, device_id=device)
-        symm = CudaSymmetric()
+        if world <= gpus:
+            dist.init_process_group("nccl", init_method=f"file://{init_file}", rank=rank, world_size=world, device_id=device)
+        else:  # ranks share GPUs: NCCL refuses two ranks on one GPU
+            dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        symm, reason = open_cuda_symmetric([r % gpus for r in range(world)])
     else:
         torch.set_num_threads(1)
         device = torch.device("cpu")
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
         symm = ShmSymmetric()
-    ctx = RankContext(rank, world, backend, device, symm)
+    ctx = RankContext(rank, world, backend, device, symm, reason)
     results.put((rank, "ready", None))
     while True:
         job = commands.get()
@@ -67,9 +73,22 @@ def _worker(rank: int, world: int, backend: str, init_file: str, commands, resul
     dist.destroy_process_group()
 
 
+def child_env(backend: str, world: int, gpus: int) -> dict:
+    """Environment every rank process starts with: multicast and NVLS off always; the
+    interpreter on CPU ranks; on GPUs shared by several ranks (``world > gpus``: correctness
+    runs only, the ranks are time-sliced), torch's permission for overlapping devices."""
+    env = dict(GPU_ENV)
+    if backend == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    elif world > gpus:
+        env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+    return env
+
+
 class RankPool:
     """``world`` rank processes on ``backend`` ("cpu": Gloo + /dev/shm buffers + the Triton
-    interpreter; "cuda": NCCL + symmetric memory, rank r on GPU r mod count)."""
+    interpreter; "cuda": rank r on GPU r mod count, NCCL + symmetric memory — a Gloo group
+    where ranks share a GPU)."""
 
     def __init__(self, world: int, backend: str = "cpu", start_timeout: float = 300.0):
         self.world, self.backend = world, backend
@@ -85,9 +104,11 @@ class RankPool:
         # A spawned child imports the parent's main module before it runs _worker, and
         # Triton reads TRITON_INTERPRET when a kernel is defined: set the children's
         # environment at their start, not inside _worker.
-        child_env = dict(GPU_ENV, TRITON_INTERPRET="1") if backend == "cpu" else dict(GPU_ENV)
-        saved = {k: os.environ.get(k) for k in child_env}
-        os.environ.update(child_env)
+        from .backend import gpu_count
+
+        env = child_env(backend, world, gpu_count() if backend == "cuda" else 0)
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
         try:
             for p in self._procs:
                 p.start()

@@ -89,6 +89,34 @@ class ShmSymmetric(Symmetric):
         return SymmetricTensor(local, ptrs, peers)
 
 
+def p2p_problem(devices: list[int], can_access=None) -> str | None:
+    """Why ranks on these CUDA devices (rank r on ``devices[r]``) cannot store into each
+    other's memory, or None. can_access(a, b) defaults to torch's peer-access query."""
+    can_access = can_access or torch.cuda.can_device_access_peer
+    for a in sorted(set(devices)):
+        for b in sorted(set(devices)):
+            if a != b and not can_access(a, b):
+                return f"GPU {a} has no peer access to GPU {b} (no P2P between the ranks' GPUs)"
+    return None
+
+
+def open_cuda_symmetric(devices: list[int], group=None) -> tuple["CudaSymmetric | None", str | None]:
+    """Collective over ``group``: a CudaSymmetric for this rank, or (None, why) on every rank
+    if any rank lacks P2P to another or torch's symmetric memory fails on any rank."""
+    why = p2p_problem(devices)
+    symm = None
+    if why is None:
+        try:
+            symm = CudaSymmetric(group)
+            symm.alloc(1, torch.int32, 0)  # a probe: rendezvous works or raises here
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the stock decode
+            why, symm = f"torch symmetric memory failed: {type(exc).__name__}: {exc}", None
+    reasons = [None] * dist.get_world_size(group)
+    dist.all_gather_object(reasons, why, group=group)
+    why = next((r for r in reasons if r is not None), None)
+    return (symm, None) if why is None else (None, why)
+
+
 class CudaSymmetric(Symmetric):
     """GPU ranks (one process per GPU, NCCL group): torch's symmetric memory over NVLink."""
 
