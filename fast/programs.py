@@ -9,7 +9,7 @@ import torch
 
 from reference.cp import HeadLayout
 
-from .cp import IndexerDecodeCP
+from .cp import IndexerDecodeCP, build_cp_decode
 from .stock import StockDecode
 
 
@@ -29,8 +29,10 @@ def decode_on_rank(
     poison: bool = False,
     time_stages: bool = False,
     warmup: int = 0,
+    pdl: bool = False,
 ) -> dict:
-    """Run one decode case on this rank: ``path`` is "cp" or "stock".
+    """Run one decode case on this rank: ``path`` is "cp", "stock", or "auto" (CP where
+    ``build_cp_decode`` allows it, else the stock decode with the reason logged).
 
     case: the CLI case dict (CPU tensors). Runs ``steps`` back-to-back forwards of one layer
     (nothing else synchronizes the ranks between them) and returns
@@ -39,7 +41,8 @@ def decode_on_rank(
     forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
     every forward, so a read of a column the scorer did not write would rank first.
     ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
-    ``warmup`` untimed steps run first (kernel compilation).
+    ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs). ``"path"`` in the result says
+    which path ran.
     """
     c = _to(ctx.device, case)
     q, heads = c["index_q"], c["index_q"].shape[1]
@@ -48,13 +51,20 @@ def decode_on_rank(
     rows = q.shape[0]
     batch = c["seq_lens"].shape[0]
     extra = {} if max_chunk is None else {"max_chunk": max_chunk}
+    if path not in ("cp", "stock", "auto"):
+        raise ValueError(f"path: expected 'cp', 'stock' or 'auto', got {path!r}")
+    state = None
+    if path == "auto":
+        state = build_cp_decode(
+            heads=heads, max_reqs=max(1, batch), max_query_len=c["query_len"], symm=ctx.symm, world=ctx.world,
+            symm_reason=ctx.symm_reason, spin_limit=spin_limit, pdl=pdl, **extra,
+        )  # fmt: skip
+        path = "stock" if state is None else "cp"
     if path == "cp":
-        state = IndexerDecodeCP(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, **extra)
+        state = state or IndexerDecodeCP(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, pdl=pdl, **extra)
         layer = state.new_layer()
-    elif path == "stock":
-        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device)
     else:
-        raise ValueError(f"path: expected 'cp' or 'stock', got {path!r}")
+        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl)
     q_mine = q[:, owned].contiguous()
     outs = []
     stages: dict | None = None
@@ -86,6 +96,7 @@ def decode_on_rank(
         state.check()
     last = outs[-1].cpu() if outs else None
     return {
+        "path": path,
         "heads": owned,
         "out": last,
         "all_equal": all(torch.equal(o.cpu(), last) for o in outs),
@@ -113,3 +124,119 @@ def run_case(pool, case, path: str, **kwargs) -> torch.Tensor:
     """Run a ``reference.cases.Case`` on every rank of ``pool``; the assembled output."""
     results = pool.run(decode_on_rank, case.to_dict(), path, **kwargs)
     return assemble(results, case.index_q.shape[1])
+
+
+def graph_replay_on_rank(ctx, *, steps: int, check_every: int, pdl: bool, seed: int = 0, heads: int = 4, query_len: int = 4, pages: int = 300) -> dict:
+    """CP decode through ``GraphedDecode`` on this rank's GPU: ``steps`` back-to-back replays
+    (nothing else synchronizes the ranks) with a new batch size (1..8, padded to 1/2/4/8),
+    block table, lengths and queries every step, planned between replays. Every
+    ``check_every`` steps and at the last, this rank's heads are compared with
+    ``reference.full_decode``; a mismatch raises. Every rank draws the same steps (same seed).
+    Returns ``{"checked": n, "graphs": capture sizes used}``."""
+    import reference
+    from reference.cases import make_case
+
+    from .graphs import GraphedDecode
+
+    gen = torch.Generator().manual_seed(seed)
+    base = make_case(seed, [query_len] * 8, query_len=query_len, heads=heads, pattern="exact", table_width=pages, num_blocks=1024)
+    k_cache = base.k_cache.to(ctx.device)
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=8, symm=ctx.symm, pdl=pdl)
+    graphed = GraphedDecode(state, heads=len(owned), query_len=query_len, table_width=pages, k_caches=[k_cache], sizes=(1, 2, 4, 8))
+    checked = 0
+    for step in range(steps):
+        batch = int(torch.randint(1, 9, (), generator=gen))
+        table = torch.stack([torch.randperm(k_cache.shape[0], generator=gen)[:pages] for _ in range(batch)]).to(torch.int32)
+        # every length class: short, the 16-page edge, long, past the table
+        n_pages = torch.randint(0, pages + 40, (batch,), generator=gen)
+        n_pages[: min(batch, 3)] = torch.tensor([0, 16, 15])[: min(batch, 3)]
+        lens = (n_pages * 128 + 1 + torch.randint(0, 128, (batch,), generator=gen)).clamp(min=query_len).to(torch.int32)
+        q = (torch.randint(-2, 3, (batch * query_len, heads, 128), generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+        out = graphed.step(table.to(ctx.device), lens.to(ctx.device), q[:, owned].to(ctx.device))
+        if step % check_every == 0 or step == steps - 1:
+            want = reference.full_decode(q, base.k_cache, table, lens, query_len)[:, owned]
+            got = out[0].cpu()
+            if not torch.equal(got, want):
+                raise AssertionError(f"rank {ctx.rank} step {step} (batch {batch}): CP graph replay differs from the reference")
+            checked += 1
+    torch.cuda.synchronize()
+    state.check()
+    return {"checked": checked, "graphs": graphed.captured}
+
+
+def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: int, layers: int, reps: int) -> dict:
+    """Per-layer µs on this rank's GPU for ``batch`` requests of ``pages`` full pages each:
+    stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
+    over 1 / world of the pages), each as ``layers`` layers (distinct caches, one table)
+    captured in one CUDA graph, replayed after a 256 MB L2 flush and a barrier; plus each
+    path's scorer alone and the stock top-16 alone, timed the same way (median of ``reps``).
+    Every rank draws the same inputs."""
+    import torch.distributed as dist
+
+    from .bench import FLUSH_BYTES
+    from .graphs import GraphedDecode
+    from .scorer import score_pages
+
+    dev = ctx.device
+    need = batch * pages
+    pool = ctx.state.get("pool")
+    if pool is None or pool.shape[0] < layers * need:
+        ctx.state.pop("pool", None)
+        torch.cuda.empty_cache()
+        pool = ctx.state["pool"] = torch.randint(0, 256, (layers * need, 9216), dtype=torch.uint8, device=dev)
+        pool[:, 8192:] &= 0x77  # scales positive, no NaN
+        ctx.state["flush"] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
+    flush, token = ctx.state["flush"], torch.zeros(1, device=dev)
+    caches = [pool[i * need : (i + 1) * need].view(need, 128, 72) for i in range(layers)]
+    gen = torch.Generator().manual_seed(pages * 131 + batch * 7 + query_len)
+    table = torch.randperm(need, generator=gen).view(batch, pages).to(torch.int32).to(dev)
+    lens = torch.full((batch,), pages * 128, dtype=torch.int32, device=dev)
+    q_all = (torch.randn(batch * query_len, heads, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn)
+
+    def timed(run) -> float:
+        run()  # compiles, captures
+        times = []
+        for _ in range(reps):
+            flush.zero_()
+            if ctx.world > 1:
+                dist.all_reduce(token)
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            run()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3 / layers)
+        return sorted(times)[len(times) // 2]
+
+    def graphed(fn):
+        g = torch.cuda.CUDAGraph()
+        fn()
+        torch.cuda.synchronize()
+        with torch.cuda.graph(g):
+            fn()
+        return g.replay
+
+    result = {}
+    for path in ("stock", "cp"):
+        if path == "cp":
+            decode, hr = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True), HeadLayout(ctx.world, heads).heads_per_rank
+        else:
+            hr = max(1, heads // ctx.world)
+            decode = StockDecode(heads=hr, max_reqs=batch, device=dev, pdl=True)
+        mine = list(range(ctx.rank * hr, ctx.rank * hr + hr)) if path == "stock" else list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+        g = GraphedDecode(decode, heads=hr, query_len=query_len, table_width=pages, k_caches=caches, layers=layers, sizes=(batch,))
+        s = g.prepare(table, lens, q_all[:, mine].to(dev))
+        result[f"{path}_us"] = timed(lambda: g.replay(s))
+        if path == "cp":
+            plan = s.plan
+            tile = torch.randint(-8, 8, (batch, 8, heads, 128), generator=gen).to(torch.int8).view(torch.uint8).to(dev) & 0x77
+            score = lambda: [score_pages(tile, caches[i], plan.block_table, plan.score_lens, plan.scores) for i in range(layers)]  # noqa: E731
+            result["cp_score_us"] = timed(graphed(score))
+        else:
+            tile, scores = decode._tiles[batch], decode._scores[batch]
+            score = lambda: [score_pages(tile, caches[i], table, lens, scores) for i in range(layers)]  # noqa: E731
+            result["stock_score_us"] = timed(graphed(score))
+            out = s.out[0]
+            result["stock_top16_us"] = timed(graphed(lambda: [decode.select(out, query_len) for _ in range(layers)]))
+    return result

@@ -156,3 +156,36 @@ def test_cp1_in_process_equals_oracle(cfg, max_chunk):
     assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
     # The step left the buffers armed for the next one.
     assert bool((layer.recv.local == -1).all()) and bool((layer.tile.local == -1).all())
+
+
+@pytest.mark.gpu  # the interpreter's tl.dot is numpy's matmul, whose summation order follows N
+@settings(max_examples=20)
+@given(
+    cp=st.sampled_from([2, 4, 8]),
+    heads=st.sampled_from([1, 2, 4, 8]),
+    lens=st.lists(st.integers(9, 40 * 128), min_size=1, max_size=3),
+    pattern=st.sampled_from(["random", "gaussian", "clustered"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, seed):
+    """Random inputs (where summation order shows): rank r's compact score column j, scored
+    for all H heads at once, is bit for bit the stock score of page j*CP + r scored for one
+    head (Hs = 1, as a TP rank does) — the same kernel, the same arithmetic per column."""
+    case = make_case(seed, lens, query_len=8, heads=heads, pattern=pattern, num_blocks=64)
+    batch, p = len(lens), case.block_table.shape[1]
+    tile = query_tile(case.index_q, batch, 8)  # [B, 8, H, 128]
+    width = reference.compact_width(p, cp)
+    stock = torch.full((heads, batch, 8, p), POISON)
+    for h in range(heads):
+        got = on(torch.full((batch, 8, p), POISON))
+        score_pages(on(tile[:, :, h : h + 1].contiguous()), on(case.k_cache), on(case.block_table), on(case.seq_lens), got)
+        stock[h] = got.cpu()
+    for rank in range(cp):
+        cbt, n_local, score_lens = plan_rank(case.block_table, case.seq_lens, p, width, cp, rank)
+        compact = on(torch.full((batch, 8 * heads, width), POISON))
+        score_pages(on(tile), on(case.k_cache), on(cbt), on(score_lens), compact)
+        compact = compact.cpu().view(batch, 8, heads, width).permute(2, 0, 1, 3)  # [H, B, 8, W]
+        pages = torch.arange(width) * cp + rank
+        both = (compact != POISON) & (pages < p) & (stock[..., pages.clamp_max(p - 1)] != POISON)
+        assert bool(both.any()) or all(n == 0 for n in n_local.tolist())
+        assert torch.equal(compact[both].view(torch.int32), stock[..., pages.clamp_max(p - 1)][both].view(torch.int32))

@@ -1,6 +1,10 @@
-"""The whole CP protocol over real rank processes (CPU: Gloo + /dev/shm + the interpreter),
-against the reference. Runs outside xdist (`make test` gives it its own step): its ranks
-spin-wait on each other and want the cores to themselves."""
+"""The whole CP protocol over real rank processes, against the reference.
+
+Where GPUs exist the ranks are GPU processes (one per GPU, NCCL + torch symmetric memory over
+NVLink; CP sizes beyond the GPU count put several ranks on a GPU — time-sliced, correctness
+only); elsewhere CPU processes (Gloo + /dev/shm + the Triton interpreter). Runs outside xdist
+(`make test` gives it its own step): its ranks spin-wait on each other.
+"""
 
 import time
 
@@ -9,21 +13,27 @@ import torch
 from hypothesis import given, settings
 
 import reference
+from fast.backend import gpu_count
 from fast.cli import main
 from fast.launcher import RankError, RankPool
-from fast.programs import assemble, decode_on_rank, run_case
+from fast.programs import assemble, decode_on_rank, graph_replay_on_rank, run_case
 from fuzz.strategies import decode_configs
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 
 pytestmark = pytest.mark.multirank
 
+GPUS = gpu_count()
+BACKEND = "cuda" if GPUS else "cpu"
+# The interpreter runs ~1K pages a second: CPU ranks get short histories; GPUs up to 1M tokens.
+MAX_PAGES = 8192 if GPUS else 40
+PDL = BACKEND == "cuda"
 POOLS: dict[int, RankPool] = {}
 
 
 def pool(cp: int) -> RankPool:
     """One pool per CP size for the whole module (starting ranks costs seconds)."""
     if cp not in POOLS or not POOLS[cp]._procs:
-        POOLS[cp] = RankPool(cp)
+        POOLS[cp] = RankPool(cp, BACKEND)
     return POOLS[cp]
 
 
@@ -33,8 +43,11 @@ def teardown_module():
 
 
 def _cp_param(cp):
-    marks = [pytest.mark.slow] if cp == 8 else []
-    return pytest.param(cp, id=f"cp{cp}", marks=marks)
+    """CP = 8 is slow on CPU ranks and on GPUs shared four ways; CP above the GPU count
+    shares GPUs (two ranks per GPU at most in `make test`)."""
+    slow = cp == 8 and (BACKEND == "cpu" or cp > 2 * GPUS)
+    shared = BACKEND == "cuda" and cp > GPUS
+    return pytest.param(cp, id=f"cp{cp}-{BACKEND}" + ("-shared-gpus" if shared else ""), marks=[pytest.mark.slow] if slow else [])
 
 
 CPS = [_cp_param(cp) for cp in (1, 2, 4, 8)]
@@ -42,21 +55,21 @@ CPS = [_cp_param(cp) for cp in (1, 2, 4, 8)]
 
 @pytest.mark.parametrize("cp", CPS)
 @settings(max_examples=8)
-@given(cfg=decode_configs(max_pages=40, patterns=tuple(EXACT_PATTERNS)))
+@given(cfg=decode_configs(max_pages=MAX_PAGES, patterns=tuple(EXACT_PATTERNS), big=BACKEND == "cuda"))
 def test_cp_equals_oracle(cp, cfg):
     """Exact-arithmetic inputs: the fast CP output equals reference.full_decode bit for bit.
     Score buffers are poisoned with 1e30, outputs prefilled with -7."""
     case = cfg.build()
-    out = run_case(pool(cp), case, "cp", poison=True)
+    out = run_case(pool(cp), case, "cp", poison=True, pdl=PDL)
     assert torch.equal(out, reference.full_decode(*case.args()))
 
 
 @pytest.mark.parametrize("cp", CPS)
 @settings(max_examples=5)
-@given(cfg=decode_configs(max_pages=40, patterns=tuple(EXACT_PATTERNS)))
+@given(cfg=decode_configs(max_pages=MAX_PAGES, patterns=tuple(EXACT_PATTERNS)))
 def test_stock_equals_reference(cp, cfg):
     case = cfg.build()
-    assert torch.equal(run_case(pool(cp), case, "stock"), reference.stock_decode(*case.args()))
+    assert torch.equal(run_case(pool(cp), case, "stock", pdl=PDL), reference.stock_decode(*case.args()))
 
 
 @pytest.mark.parametrize(
@@ -64,7 +77,7 @@ def test_stock_equals_reference(cp, cfg):
     [
         pytest.param(2, [seq_len_for(0, 1), seq_len_for(15, 0)], id="cp2-all-short"),
         # 4 interpreter ranks on CI's 2 cores take ~3 minutes for 200 steps: `make test-slow`.
-        pytest.param(4, [seq_len_for(3, 0), seq_len_for(14, 9)], id="cp4-all-short", marks=pytest.mark.slow),
+        pytest.param(4, [seq_len_for(3, 0), seq_len_for(14, 9)], id="cp4-all-short", marks=[pytest.mark.slow] if BACKEND == "cpu" else []),
         pytest.param(2, [seq_len_for(17, 5), seq_len_for(2, 0)], id="cp2-mixed"),
     ],
 )
@@ -73,7 +86,7 @@ def test_back_to_back_steps(cp, lens):
     a rank runs straight into the next step: the two buffer sets must keep it from writing
     into a tile its peer is still scoring, or having its q erased by the peer's re-arm."""
     case = make_case(cp, lens, query_len=1, heads=4, pattern="exact")
-    results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=200)
+    results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=200, pdl=PDL)
     assert all(r["all_equal"] for r in results)
     assert torch.equal(assemble(results, 4), reference.full_decode(*case.args()))
 
@@ -94,17 +107,19 @@ def test_two_level_select_across_ranks():
 
 def test_missing_peer_is_reported_not_a_hang():
     """Rank 1 plans but never calls forward: rank 0 must give up within its spin bound and
-    raise from check(), not hang."""
+    raise from check(), not hang. GPU ranks use the default bound (how long a real timeout
+    takes); CPU ranks a short one."""
     case = make_case(10, [seq_len_for(40, 0)], query_len=1, heads=2, pattern="exact")
-    with RankPool(2) as p:
+    with RankPool(2, BACKEND) as p:
         start = time.monotonic()
         with pytest.raises(RankError, match="PeerTimeoutError"):
             p.run(_missing_peer, case.to_dict(), timeout=120)
+        print(f"missing peer reported after {time.monotonic() - start:.1f} s ({BACKEND})")
         assert time.monotonic() - start < 120
 
 
 def _missing_peer(ctx, case):
-    return decode_on_rank(ctx, case, "cp", spin_limit=300, skip_forward=ctx.rank == 1)
+    return decode_on_rank(ctx, case, "cp", spin_limit=300 if ctx.backend == "cpu" else None, skip_forward=ctx.rank == 1)
 
 
 def test_cli_decode_writes_the_assembled_output(tmp_path):
@@ -115,3 +130,22 @@ def test_cli_decode_writes_the_assembled_output(tmp_path):
         assert code == 0
         assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["out"], want(*case.args()))
     assert main(["decode", "--case", str(tmp_path / "case.pt"), "--path", "cp", "--cp", "3", "--out", str(tmp_path / "o.pt")]) == 2
+
+
+@pytest.mark.gpu
+def test_single_gpu_falls_back_to_stock():
+    """One GPU rank: build_cp_decode refuses (no peers) and the stock path runs, exactly."""
+    case = make_case(12, [seq_len_for(300, 3), seq_len_for(5, 0)], query_len=2, heads=4, pattern="exact")
+    results = pool(1).run(decode_on_rank, case.to_dict(), "auto")
+    assert results[0]["path"] == "stock"
+    assert torch.equal(assemble(results, 4), reference.stock_decode(*case.args()))
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_graph_replay_across_gpus(pdl):
+    """Two GPUs, CUDA graphs per padded batch size (1/2/4/8), 1000 back-to-back replays with
+    a new batch size, table, lengths and queries every step, checked every 97 steps."""
+    results = pool(2).run(graph_replay_on_rank, steps=1000, check_every=97, pdl=pdl, timeout=900)
+    assert all(r["checked"] >= 11 for r in results)
+    assert results[0]["graphs"] == [1, 2, 4, 8]

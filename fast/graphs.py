@@ -1,0 +1,120 @@
+"""CUDA-graph replay of the decode layers, one graph per padded batch size.
+
+A server captures the per-layer forward once per batch size it pads to and replays it every
+step; the plan (compact table, lengths) runs eagerly before the replay. ``GraphedDecode`` does
+exactly that for the CP path (``IndexerDecodeCP``) and the stock path (``StockDecode``): the
+graph-replay test, the benchmark and a user's integration all go through it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from reference.constants import HEAD_DIM, TOPK
+
+from .cp import IndexerDecodeCP
+from .stock import StockDecode
+
+CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64)
+
+
+class _Static:
+    """The fixed-address inputs and outputs one padded batch size's graph reads and writes."""
+
+    def __init__(self, batch: int, query_len: int, heads: int, table_width: int, layers: int, device):
+        i32 = dict(dtype=torch.int32, device=device)
+        self.block_table = torch.zeros(batch, table_width, **i32)
+        self.seq_lens = torch.full((batch,), query_len, **i32)
+        self.index_q = torch.zeros(layers, batch * query_len, heads, HEAD_DIM, dtype=torch.float8_e4m3fn, device=device)
+        self.out = torch.full((layers, batch * query_len, heads, TOPK), -1, **i32)
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+
+class GraphedDecode:
+    """``layers`` consecutive decode layers of one rank, replayed from CUDA graphs.
+
+    decode: an ``IndexerDecodeCP`` (this builds its layers: collective, same order on every
+    rank) or a ``StockDecode``. heads: this rank's heads (Hr for CP). k_caches: uint8
+    ``[N, 128, 72]`` tensors, layer i reads ``k_caches[i % len]``. table_width: the block
+    table width every step uses (it fixes P, so it may not change). A step pads its batch to
+    the smallest of ``sizes`` that holds it: padding rows get ``seq_len = query_len`` (a
+    legal short row) and their outputs are dropped.
+    """
+
+    def __init__(
+        self,
+        decode: IndexerDecodeCP | StockDecode,
+        *,
+        heads: int,
+        query_len: int,
+        table_width: int,
+        k_caches: list[torch.Tensor],
+        layers: int = 1,
+        sizes: tuple[int, ...] = CAPTURE_SIZES,
+    ):
+        self.decode, self.heads, self.query_len, self.table_width = decode, heads, query_len, table_width
+        self.k_caches, self.layers, self.sizes = list(k_caches), layers, tuple(sorted(sizes))
+        self.device = decode.device
+        self.cp_layers = [decode.new_layer() for _ in range(layers)] if isinstance(decode, IndexerDecodeCP) else None
+        self._static: dict[int, _Static] = {}
+        self._pool = torch.cuda.graph_pool_handle()
+
+    @property
+    def captured(self) -> list[int]:
+        """The padded batch sizes that have a graph so far."""
+        return sorted(size for size, s in self._static.items() if s.graph is not None)
+
+    def padded(self, batch: int) -> int:
+        """The capture size a batch of ``batch`` requests runs at."""
+        for size in self.sizes:
+            if size >= batch:
+                return size
+        raise ValueError(f"seq_lens: {batch} requests exceed the largest capture size {self.sizes[-1]}")
+
+    def _forward_all(self, s: _Static, plan) -> None:
+        for i in range(self.layers):
+            k_cache = self.k_caches[i % len(self.k_caches)]
+            if self.cp_layers is not None:
+                self.decode.forward(self.cp_layers[i], plan, s.index_q[i], k_cache, s.out[i], self.query_len)
+            else:
+                self.decode.forward(s.index_q[i], k_cache, s.out[i], self.query_len)
+
+    def prepare(self, block_table: torch.Tensor, seq_lens: torch.Tensor, index_q: torch.Tensor) -> _Static:
+        """Copy one step's inputs into the static buffers of its padded size and plan.
+
+        block_table: int32 [b, table_width]; seq_lens: int32 [b]; index_q: float8_e4m3fn
+        [layers, b * q, heads, 128] (or [b * q, heads, 128], used by every layer).
+        """
+        b = seq_lens.shape[0]
+        if block_table.shape != (b, self.table_width):
+            raise ValueError(f"block_table: expected shape ({b}, {self.table_width}), got {tuple(block_table.shape)}")
+        size = self.padded(b)
+        s = self._static.get(size)
+        if s is None:
+            s = self._static[size] = _Static(size, self.query_len, self.heads, self.table_width, self.layers, self.device)
+        rows = b * self.query_len
+        s.block_table[:b].copy_(block_table)
+        s.seq_lens[:b].copy_(seq_lens)
+        s.seq_lens[b:].fill_(self.query_len)
+        s.index_q[:, :rows].copy_(index_q)
+        s.plan = self.decode.plan(s.block_table, s.seq_lens)
+        return s
+
+    def replay(self, s: _Static) -> None:
+        """Run the step's layers: capture the graph of this size first if it is new (one
+        eager run compiles the kernels outside the capture; for CP every rank does it at the
+        same step, since every rank sees the same batch sizes)."""
+        if s.graph is None:
+            self._forward_all(s, s.plan)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._forward_all(s, s.plan)
+            s.graph = graph
+        s.graph.replay()
+
+    def step(self, block_table: torch.Tensor, seq_lens: torch.Tensor, index_q: torch.Tensor) -> torch.Tensor:
+        """One decode step of every layer; int32 ``[layers, b * q, heads, 16]`` (a view of
+        the static output, valid until the next step of the same padded size)."""
+        s = self.prepare(block_table, seq_lens, index_q)
+        self.replay(s)
+        return s.out[:, : seq_lens.shape[0] * self.query_len]
