@@ -1,9 +1,11 @@
 """The Q8KV4 decode page scorer in Triton, honoring DESIGN.md §4 exactly.
 
-One program scores one request's block of pages: it dequantizes a page's NVFP4 codes
-through a per-scale table of E4M3 values (exact; no fp8 conversion in the kernel, which the
-interpreter gets wrong), and multiplies with 16-bit operands and fp32 accumulators (Hopper's
-FP8 MMA does not accumulate in fp32): 128 tokens on M, the 8 * Hs query rows on N.
+Two dequantizations, one contract: ``"prmt"`` (GPUs: byte permutes in inline PTX, see
+``dequant_prmt.py``; one page per program) and ``"table"`` (everywhere, the interpreter's: a
+gather from a per-scale table of E4M3 values built by torch — no fp8 conversion in the
+kernel, which the interpreter gets wrong; V pages per program). Both multiply with 16-bit
+operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32): 128 tokens on
+M, the 8 * Hs query rows on N.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
 from .backend import pdl_options
+from .dequant_prmt import dequant_page_prmt
 from .jit_helpers import pdl_wait
 
 _PAGE = tl.constexpr(PAGE)
@@ -33,6 +36,12 @@ def dequant_lut(device: str) -> torch.Tensor:
     Built once per device by torch's (correct) conversion; every E4M3 value is exact in fp16.
     """
     return dequant_table().to(torch.float16).reshape(-1).contiguous().to(device)
+
+
+@functools.cache
+def _first_set(device: str) -> torch.Tensor:
+    """int64 [1] zero: "read the tile itself" (cached: no allocation inside a graph capture)."""
+    return torch.zeros(1, dtype=torch.int64, device=device)
 
 
 @triton.jit
@@ -91,6 +100,58 @@ def _score_kernel(
         tl.store(dst, best, mask=keep)
 
 
+@triton.jit
+def _score_kernel_prmt(
+    q_ptr, q_sel_ptr, q_set_stride,  # as _score_kernel
+    k_ptr,  # uint8 [N, 9216] pages
+    k32_ptr,  # the same memory as int32 [N, 2304]
+    bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,
+    HS: tl.constexpr,
+    ROWS: tl.constexpr,
+    PDL: tl.constexpr,
+):  # fmt: skip
+    """One page per program, dequantized by ``dequant_page_prmt`` (GPUs only)."""
+    b = tl.program_id(0)
+    j = tl.program_id(1)
+    pdl_wait(PDL)
+    length = tl.load(lens_ptr + b)
+    n = tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+    if j < n:
+        r = tl.arange(0, ROWS)
+        slot_len = length - 8 + r // HS
+        own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
+        d = tl.arange(0, 128)
+        tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
+        qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
+        qt = tl.trans(qb.to(tl.float8e4nv, bitcast=True).to(tl.float16))  # [128, ROWS], exact
+        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j).to(tl.int64)
+        k = dequant_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4))
+        dots = tl.dot(k, qt, out_dtype=tl.float32)  # [128 tokens, ROWS]
+        best = tl.max(dots, axis=0) + 0.0  # +0.0: an all-zero sum is +0.0
+        keep = (r < 8 * HS) & (j < own)
+        tl.store(out_ptr + b.to(tl.int64) * stride_ob + r * stride_or + j, best, mask=keep)
+
+
+@triton.jit
+def _dequant_kernel(k_ptr, k32_ptr, pages_ptr, out_ptr):
+    """out[i] = fp16 [128, 128] of page pages[i], through the prmt path."""
+    i = tl.program_id(0)
+    page = tl.load(pages_ptr + i).to(tl.int64)
+    k = dequant_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4))
+    t = tl.arange(0, 128)
+    tl.store(out_ptr + i * 128 * 128 + t[:, None] * 128 + t[None, :], k)
+
+
+def dequant_pages_prmt(k_cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+    """The GPU dequantization on its own (for tests and debugging): fp16 ``[n, 128, 128]``
+    of pages ``pages`` (int32 ``[n]``) of ``k_cache`` (uint8 ``[N, 128, 72]``, CUDA)."""
+    out = torch.empty(pages.shape[0], 128, 128, dtype=torch.float16, device=k_cache.device)
+    if pages.shape[0]:
+        pages_u8 = k_cache.view(-1, PAGE_BYTES)
+        _dequant_kernel[(pages.shape[0],)](pages_u8, pages_u8.view(torch.int32), pages, out)
+    return out
+
+
 def score_pages(
     q_tile: torch.Tensor,
     k_cache: torch.Tensor,
@@ -102,6 +163,7 @@ def score_pages(
     q_set_stride: int = 0,
     pdl: bool = False,
     pages_per_program: int | None = None,
+    dequant: str | None = None,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -110,7 +172,9 @@ def score_pages(
     ``[B, 8 * Hs, W]`` (rows contiguous). Stores column j of row (slot, head) for
     ``j < min((len - 1) // 128, W)`` and ``j < (len - 8 + slot) // 128``; nothing else.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
-    CP path's double-buffered tiles); by default the tile itself.
+    CP path's double-buffered tiles); by default the tile itself. dequant: "prmt" (the GPU
+    default) or "table" (the interpreter's; on a GPU for comparison); pages_per_program:
+    the table path's V.
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -119,8 +183,19 @@ def score_pages(
         return out
     device = q_tile.device
     if q_sel is None:
-        q_sel = torch.zeros(1, dtype=torch.int64, device=device)
+        q_sel = _first_set(str(device))
     rows = max(16, triton.next_power_of_2(SLOTS * hs))
+    dequant = dequant or ("prmt" if device.type == "cuda" else "table")
+    if dequant not in ("prmt", "table") or (dequant == "prmt" and device.type != "cuda"):
+        raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (prmt needs a GPU; table runs anywhere)")
+    pages_u8 = k_cache.view(-1, PAGE_BYTES)
+    if dequant == "prmt":
+        _score_kernel_prmt[(batch, width)](
+            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int32),
+            block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
+            HS=hs, ROWS=rows, **pdl_options(pdl),
+        )  # fmt: skip
+        return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
     # per op there. On a GPU one page per program keeps the tile in registers.
     v = pages_per_program or (1 if device.type == "cuda" else 16)
@@ -129,7 +204,7 @@ def score_pages(
         q_tile.view(torch.uint8),
         q_sel,
         q_set_stride,
-        k_cache.view(-1, PAGE_BYTES),
+        pages_u8,
         block_table,
         lens,
         out,

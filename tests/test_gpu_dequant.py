@@ -1,0 +1,46 @@
+"""GPU tier: the scorer's inline-PTX dequantization (fast/dequant_prmt.py) against the
+reference on every (scale byte, code) pair, and the prmt and table scorers against each other."""
+
+import pytest
+import torch
+
+from fast.scorer import dequant_pages_prmt, score_pages
+from reference.cases import make_case
+from reference.decode import query_tile
+from reference.nvfp4 import dequantize_nvfp4, join_pages
+
+pytestmark = pytest.mark.gpu
+
+
+def every_pair_page() -> torch.Tensor:
+    """One page whose 1024 groups carry each scale byte 4 times, each group codes 0..15 in a
+    rotated order (so every code sits at every position of a word)."""
+    scales = (torch.arange(1024) % 256).to(torch.uint8).view(128, 8)
+    codes = (torch.arange(16)[None, :] + torch.arange(1024)[:, None]) % 16  # [group, element]
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).reshape(128, 64)
+    return join_pages(packed[None], scales[None])  # [1, 128, 72]
+
+
+def test_every_scale_and_code_dequantizes_like_the_reference():
+    page = every_pair_page()
+    want = dequantize_nvfp4(page)[0].to(torch.float16)  # every E4M3 value is exact in fp16
+    got = dequant_pages_prmt(page.cuda(), torch.zeros(1, dtype=torch.int32, device="cuda"))[0].cpu()
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan), "NaN (scale byte 0x7F / 0xFF) positions differ"
+    # values compare equal; zeros may differ in sign (a -0 code times a scale), which no
+    # dot product can see: fp32 accumulation from +0.0 maps -0 and +0 to the same sums
+    assert torch.equal(got[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("pattern", ["random", "gaussian", "exact", "clustered"])
+@pytest.mark.parametrize("hs", [1, 2, 4, 8])
+def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs):
+    """Same dequantized values, same MMA shapes: the two paths agree bit for bit."""
+    case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
+    tile = query_tile(case.index_q, 2, 8).cuda()
+    outs = []
+    for dequant in ("prmt", "table"):
+        out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
+        score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant)
+        outs.append(out.cpu())
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
