@@ -19,7 +19,7 @@ export NVSHMEM_DISABLE_NVLS := 1
 # numpy: the Triton interpreter runs kernels on it.
 PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
 
-.PHONY: test test-slow demo fuzz fuzz-smoke env clean
+.PHONY: test test-slow demo bench fuzz fuzz-smoke env clean
 env: $(ENV)
 
 .venv/.installed: Makefile
@@ -27,9 +27,11 @@ env: $(ENV)
 	.venv/bin/pip install --quiet --disable-pip-version-check $(PINS)
 	touch $@
 
-# The README's test command. xdist spreads the single-process tiers over the cores; the
-# multi-rank tier runs in its own step (its ranks spin-wait on each other). `slow` cases
-# (CP = 8 on CPU ranks, ...) run in `make test-slow`.
+# The README's test command. Step 1: xdist spreads the single-process tiers over the cores;
+# on a GPU machine each worker is pinned to one GPU (conftest.py), so the GPU tier runs there
+# too. Step 2: the multi-rank tier, not under xdist (its ranks spin-wait on each other): GPU
+# ranks, one per GPU (CP beyond the GPU count shares GPUs), where GPUs exist; CPU ranks
+# elsewhere. `slow` cases (CP = 8 on CPU ranks, ...) run in `make test-slow`.
 test: $(ENV)
 	$(PY) -m pytest -n auto -q -m "not multirank and not slow"
 	$(PY) -m pytest -q -m "multirank and not slow"
@@ -40,6 +42,10 @@ test-slow: $(ENV)
 
 demo: $(ENV)
 	$(PY) -m fast demo
+
+# GPU machines: ceilings, scorer bandwidth, per-layer CP vs stock (results/bench-<time>/).
+bench: $(ENV)
+	$(PY) -m fast bench
 
 # Hypothesis campaigns (database under .hypothesis/, git-ignored). fuzz: ~10 minutes over
 # every target; fuzz-smoke: each target's smoke budget, the one CI runs.

@@ -1,4 +1,4 @@
-"""``python -m fast``: decode a saved case on N ranks, or run the demo."""
+"""``python -m fast``: decode a saved case on N ranks, run the demo, or the benchmark."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from reference.cli import run_command
 from reference.constants import SUPPORTED_CP
 
 from .backend import gpu_count
+from .bench import run_bench
 from .demo import run_demo
 from .launcher import RankPool
 from .programs import run_case
@@ -46,4 +47,9 @@ def main(argv=None) -> int:
     m = sub.add_parser("demo", help="CP and stock on a synthetic workload, checked against the reference")
     m.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     m.set_defaults(run=lambda a: 0 if run_demo(a.backend) else 1)
+    b = sub.add_parser("bench", help="ceilings, scorer bandwidth, per-layer CP vs stock in CUDA graphs (GPUs)")
+    b.add_argument("--out", help="results folder (default results/bench-<time>)")
+    b.add_argument("--quick", action="store_true", help="3 contexts x 2 batches instead of 5 x 4")
+    b.add_argument("--world", type=int, help="CP ranks for the per-layer section (default: GPUs with P2P)")
+    b.set_defaults(run=lambda a: run_bench(a.out, a.quick, a.world))
     return run_command(parser.parse_args(argv))

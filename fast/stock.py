@@ -131,12 +131,19 @@ class StockDecode:
         width = min(self.block_table.shape[1], MAX_PAGES)
         _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, **pdl_options(self.pdl))
         score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl)
+        return self.select(out, query_len)
+
+    def select(self, out: torch.Tensor, query_len: int) -> torch.Tensor:
+        """The top-16 stage alone, on the scores the last forward of this batch size left
+        (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
+        batch = self.seq_lens.shape[0]
+        scores = self._scores[batch]
         shape = self.shape
-        _stock_topk_kernel[(rows, self.heads)](
+        _stock_topk_kernel[(batch * query_len, self.heads)](
             scores,
             self.seq_lens,
             out,
-            width,
+            min(self.block_table.shape[1], MAX_PAGES),
             scores.stride(0),
             scores.stride(1),
             HS=self.heads,

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
+# at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: info dequant test bench
+# bench-quick sanitizer demo). Never multicast (DESIGN.md §7).
+set -u
+export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+summary="$OUT/summary.txt"
+stage() {  # stage NAME LIMIT_S COMMAND...
+    local name=$1 limit=$2
+    shift 2
+    local start=$SECONDS
+    timeout "$limit" bash -c "$*" > "$OUT/$name.log" 2>&1
+    local rc=$?
+    echo "$name: rc=$rc in $((SECONDS - start)) s" | tee -a "$summary"
+    tail -n 4 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$summary"
+}
+for s in "$@"; do
+    case $s in
+    info) stage info 60 "nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.device_count())'" ;;
+    dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_dequant.py" ;;
+    test) stage test 900 "make test" ;;
+    test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
+    test-ranks) stage test-ranks 900 "python3 -m pytest -q -s -m 'multirank and not slow'" ;;
+    bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
+    bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
+    sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_dequant.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
+    demo) stage demo 300 "make demo" ;;
+    *) echo "unknown stage $s" | tee -a "$summary" ;;
+    esac
+done

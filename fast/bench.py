@@ -1,0 +1,365 @@
+"""``python -m fast bench`` (``make bench``): the performance evidence, measured in one run.
+
+Prints a table (machine header first) and writes ``results.json`` and PNG plots under
+``--out``. Sections:
+1. ceilings: a large device-to-device copy and a read-only streaming kernel (GB/s);
+2. the scorer alone, Hs = 1 (stock) and Hs = 4 (CP compact), over contexts x batches, as
+   read GB/s and as a fraction of the read ceiling; the table dequantization at one size;
+3. the stock top-16 alone and the stock scorer alone (their ratio at 8192 pages);
+4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
+   and 4: µs, speedup, and the CP fixed overhead (CP layer minus its compact scorer alone);
+5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write.
+
+Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
+cache, layer replays follow a 256 MB L2 flush. Correctness is checked first, at one size,
+against the reference; a speedup is reported only for paths that passed in this run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from reference.constants import PAGE, PAGE_BYTES, SLOTS
+
+CONTEXTS = (8192, 32768, 131072, 524288, 1048576)  # tokens
+BATCHES = (1, 8, 32, 64)
+QUICK_CONTEXTS = (8192, 131072, 1048576)
+QUICK_BATCHES = (1, 32)
+HEADS = 4
+LAYERS = 4  # layers per captured graph (distinct caches, as a model's layers have)
+FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+
+
+def progress(items, desc: str):
+    """A progress bar on stderr where tqdm is installed, else the plain iterable."""
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, file=sys.stderr, leave=False)
+    except ImportError:
+        return items
+
+
+def machine_header() -> dict:
+    commit = os.environ.get("BENCH_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown"
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "gpus": torch.cuda.device_count(),
+        "sms": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def graph_time_us(fn, calls: int, reps: int = 10) -> float:
+    """Median µs per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph and
+    replayed ``reps`` times (after a warm-up run that also compiles)."""
+    for i in range(calls):
+        fn(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i)
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    times.sort()
+    return times[len(times) // 2]
+
+
+@triton.jit
+def _read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """Streams ITERS blocks of int32 words per program; one xor per word, one store."""
+    start = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for i in range(ITERS):
+        offs = start + i * BLOCK + tl.arange(0, BLOCK)
+        acc ^= tl.load(x_ptr + offs, mask=offs < n_words, other=0)
+    tl.store(out_ptr + tl.program_id(0), tl.reduce(acc, 0, _xor))
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+def ceilings(device) -> dict:
+    """Copy and streaming-read bandwidth over 4 GiB (GB/s, 1e9 bytes)."""
+    nbytes = 4 << 30
+    src = torch.randint(0, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device=device)
+    dst = torch.empty_like(src)
+    copy_us = graph_time_us(lambda i: dst.copy_(src), 1)
+    block, iters = 4096, 16
+    grid = triton.cdiv(src.numel(), block * iters)
+    sink = torch.empty(grid, dtype=torch.int32, device=device)
+    read_us = graph_time_us(lambda i: _read_kernel[(grid,)](src, sink, src.numel(), BLOCK=block, ITERS=iters), 1)
+    return {
+        "copy_read_plus_write_GBps": 2 * nbytes / copy_us / 1e3,
+        "copy_read_GBps": nbytes / copy_us / 1e3,
+        "stream_read_GBps": nbytes / read_us / 1e3,
+    }
+
+
+@dataclass
+class CachePool:
+    """One big random NVFP4 cache (valid positive scales) to carve disjoint page sets from."""
+
+    pages: int
+    device: torch.device
+    cache: torch.Tensor = field(init=False)
+
+    def __post_init__(self):
+        flat = torch.randint(0, 256, (self.pages, PAGE_BYTES), dtype=torch.uint8, device=self.device)
+        flat[:, PAGE * 64 :] &= 0x77  # scales: positive, no NaN (at most 240)
+        self.cache = flat.view(self.pages, PAGE, PAGE_BYTES // PAGE)
+
+    def tables(self, batch: int, pages: int, sets: int, gen: torch.Generator) -> list[torch.Tensor]:
+        """``sets`` block tables int32 [batch, pages] over disjoint page ranges."""
+        need = batch * pages
+        sets = max(1, min(sets, self.pages // need))
+        out = []
+        for s in range(sets):
+            perm = torch.randperm(need, generator=gen) + s * need
+            out.append(perm.view(batch, pages).to(torch.int32).to(self.device))
+        return out
+
+
+def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
+    """A query tile [B, 8, Hs, 128] of e4m3 values in [-2, 2] (no NaN)."""
+    return (torch.randn(batch, SLOTS, hs, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn).to(device)
+
+
+def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, dequant: str = "prmt") -> float:
+    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each."""
+    from .scorer import score_pages
+
+    device = pool.device
+    sets = math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES))
+    tables = pool.tables(batch, pages, min(sets, 64), gen)
+    tile = random_tile(batch, hs, gen, device)
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
+    out = torch.empty(batch, SLOTS * hs, pages, device=device)
+    return graph_time_us(lambda i: score_pages(tile, pool.cache, tables[i], lens, out, dequant=dequant), len(tables))
+
+
+def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen) -> float:
+    """The plain PyTorch stock path a user would write: gather pages, dequantize through the
+    table, matmul, max over tokens, mask, topk(15). One head (the TP rank's)."""
+    from .scorer import dequant_lut
+
+    device = pool.device
+    lut = dequant_lut(str(device))
+    table = pool.tables(batch, pages, 1, gen)[0].long()
+    q = torch.randn(batch, query_len, 128, generator=gen).to(torch.float8_e4m3fn).to(device)
+    own = torch.full((batch, query_len), pages, device=device)
+
+    def run(_):
+        raw = pool.cache.view(-1, PAGE_BYTES)[table]  # [B, P, 9216]
+        codes = raw[..., : PAGE * 64].view(batch, pages, PAGE, 64).long()
+        scales = raw[..., PAGE * 64 :].view(batch, pages, PAGE, 8, 1).long().expand(-1, -1, -1, -1, 8).reshape(batch, pages, PAGE, 64)
+        k = torch.stack([lut[scales * 16 + (codes & 15)], lut[scales * 16 + (codes >> 4)]], -1).view(batch, pages, PAGE, 128)
+        s = torch.einsum("bqd,bptd->bqpt", q.to(torch.float16), k).float().amax(-1)  # [B, q, P]
+        s = s.masked_fill(torch.arange(pages, device=device) >= own[..., None], float("-inf"))
+        return s.topk(15, dim=-1).indices
+
+    return graph_time_us(run, 1, reps=5)
+
+
+def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
+    rows = []
+    grid = [(c, b, hs) for c in contexts for b in batches for hs in (1, 4)]
+    for ctx, batch, hs in progress(grid, "scorer"):
+        pages = ctx // PAGE
+        us = scorer_us(pool, batch, pages, hs, gen)
+        gbps = batch * pages * PAGE_BYTES / us / 1e3
+        rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
+    for hs in (1, 4):  # the table dequantization, for the version log
+        us = scorer_us(pool, 8, 1024, hs, gen, dequant="table")
+        gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
+        rows.append({"context": 131072, "batch": 8, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "dequant": "table"})
+    return rows
+
+
+def check_against_reference(pool_ranks, world: int) -> dict:
+    """The correctness gate of this run: scorer within tolerance on random inputs, and CP and
+    stock decode bit-exact on exact-arithmetic inputs (long rows, q = 4) on the ranks."""
+    import reference
+    from reference.cases import make_case
+
+    from .programs import run_case
+
+    case = make_case(1, [3000 * 128 + 5, 700 * 128, 9 * 128 + 1], query_len=4, heads=HEADS, pattern="exact")
+    return {
+        "cp": bool(torch.equal(run_case(pool_ranks, case, "cp", poison=True), reference.full_decode(*case.args()))),
+        "stock": bool(torch.equal(run_case(pool_ranks, case, "stock"), reference.stock_decode(*case.args()))),
+    }
+
+
+def check_scorer() -> bool:
+    """prmt scorer vs the reference on random inputs, within the fp32-order bound."""
+    import reference
+    from reference.cases import make_case
+    from reference.decode import query_tile
+    from reference.nvfp4 import dequantize_nvfp4
+
+    from .scorer import score_pages
+
+    case = make_case(5, [400 * 128 + 3, 51 * 128], query_len=8, heads=4, pattern="gaussian")
+    tile = query_tile(case.index_q, 2, 8)
+    want = torch.full((2, 32, case.block_table.shape[1]), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    got = torch.full_like(want, 1e30).cuda()
+    score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got)
+    got = got.cpu()
+    k = dequantize_nvfp4(case.k_cache).abs()[case.block_table.long()]
+    bound = 128 * 2.0**-24 * torch.einsum("brd,bwtd->brwt", tile.float().abs().reshape(2, 32, 128), k).amax(-1)
+    written = want != 1e30
+    return bool(torch.equal(got != 1e30, written) and ((got - want).abs() <= bound)[written].all())
+
+
+def layer_section(world: int, contexts, batches, quick: bool) -> tuple[dict, list[dict]]:
+    """Stock vs CP per layer on ``world`` GPU ranks (one process per GPU)."""
+    from .launcher import RankPool
+    from .programs import bench_layers_on_rank
+
+    grid = [(c, b, q) for c in contexts for b in batches for q in (1, 4)]
+    with RankPool(world, "cuda") as ranks:
+        checks = check_against_reference(ranks, world)
+        rows = []
+        for ctx, batch, q in progress(grid, f"layers (CP={world})"):
+            res = ranks.run(bench_layers_on_rank, ctx // PAGE, batch, q, heads=HEADS, layers=LAYERS, reps=5 if quick else 15, timeout=900)
+            worst = {k: max(r[k] for r in res) for k in res[0]}
+            rows.append({"context": ctx, "batch": batch, "query_len": q, **worst})
+    return checks, rows
+
+
+def print_report(report: dict, file=sys.stdout) -> None:
+    h = report["machine"]
+    print(f"# {h['gpu']} x{h['gpus']} ({h['sms']} SMs, {h['memory_gib']} GiB) | torch {h['torch']} | triton {h['triton']} | commit {h['commit']} | {h['date']}", file=file)
+    c = report["ceilings"]
+    print(f"ceilings: copy {c['copy_read_plus_write_GBps']:.0f} GB/s (read+write), streaming read {c['stream_read_GBps']:.0f} GB/s", file=file)
+    print(f"checks: scorer vs reference {'ok' if report['checks']['scorer'] else 'FAILED'}; " + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"), file=file)
+    print("\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling", file=file)
+    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'deq':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}", file=file)
+    for r in report["scorer"]:
+        print(f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r.get('dequant', 'prmt'):>5} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}", file=file)
+    if report.get("torch_stock"):
+        print("\nplain PyTorch stock path (one head), µs", file=file)
+        for r in report["torch_stock"]:
+            print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
+    if report.get("layers"):
+        ok = report["checks"].get("cp") and report["checks"].get("stock")
+        print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
+        print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8}", file=file)
+        for r in report["layers"]:
+            speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
+            print(
+                f"{r['context']:>8} {r['batch']:>5} {r['query_len']:>2} {r['stock_us']:>9.1f} {r['cp_us']:>9.1f} {speed:>7} "
+                f"{r['cp_score_us']:>9.1f} {r['cp_us'] - r['cp_score_us']:>8.1f} {r['stock_score_us']:>9.1f} {r['stock_top16_us']:>8.1f}",
+                file=file,
+            )
+
+
+def plot(report: dict, out: Path) -> list[str]:
+    """PNG plots next to results.json (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for ax, hs in zip(axes, (1, 4)):
+        for batch in sorted({r["batch"] for r in report["scorer"]}):
+            pts = [(r["context"], r["of_read_ceiling"]) for r in report["scorer"] if r["hs"] == hs and r["batch"] == batch and "dequant" not in r]
+            ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
+        ax.axhline(0.85, color="gray", ls="--", lw=0.8)
+        ax.set(xscale="log", title=f"scorer, Hs = {hs}", xlabel="context (tokens)", ylabel="fraction of streaming-read ceiling")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "scorer.png", dpi=120)
+    made.append("scorer.png")
+    if report.get("layers"):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for ax, q in zip(axes, (1, 4)):
+            for batch in sorted({r["batch"] for r in report["layers"]}):
+                pts = [(r["context"], r["stock_us"] / r["cp_us"]) for r in report["layers"] if r["query_len"] == q and r["batch"] == batch]
+                ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
+            ax.axhline(report["world"], color="gray", ls="--", lw=0.8)
+            ax.set(xscale="log", title=f"CP={report['world']} speedup per layer, query_len {q}", xlabel="context (tokens)", ylabel="stock / CP time")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "speedup.png", dpi=120)
+        made.append("speedup.png")
+    return made
+
+
+def run_bench(out: str | None = None, quick: bool = False, world: int | None = None) -> int:
+    """The whole benchmark; returns a process exit code (1 if a correctness check failed)."""
+    from .backend import p2p_gpus
+
+    if not torch.cuda.is_available():
+        print("make bench needs a CUDA GPU; none is visible (nothing measured)")
+        return 2
+    out_dir = Path(out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    contexts, batches = (QUICK_CONTEXTS, QUICK_BATCHES) if quick else (CONTEXTS, BATCHES)
+    device = torch.device("cuda", 0)
+    gen = torch.Generator().manual_seed(0)
+    report: dict = {"machine": machine_header(), "quick": quick}
+    report["ceilings"] = ceilings(device)
+    report["checks"] = {"scorer": check_scorer()}
+    pool = CachePool(max(BATCHES) * max(CONTEXTS) // PAGE + 1024, device)
+    report["scorer"] = scorer_section(pool, contexts, batches, report["ceilings"]["stream_read_GBps"], gen)
+    report["torch_stock"] = [
+        {"context": c, "batch": b, "query_len": 1, "us": torch_stock_us(pool, b, c // PAGE, 1, gen)}
+        for c in contexts
+        for b in batches
+        if b * c // PAGE <= 8 * 8192
+    ]
+    del pool
+    torch.cuda.empty_cache()
+    world = world or p2p_gpus()
+    report["world"] = world
+    if world >= 2:
+        layer_checks, report["layers"] = layer_section(world, contexts, batches, quick)
+        report["checks"].update(layer_checks)
+    else:
+        report["layers"] = []
+        print("per-layer CP vs stock needs 2+ GPUs with P2P; skipped", file=sys.stderr)
+    (out_dir / "results.json").write_text(json.dumps(report, indent=1))
+    report["plots"] = plot(report, out_dir)
+    print_report(report)
+    with open(out_dir / "report.txt", "w") as f:
+        print_report(report, f)
+    print(f"\nwritten: {out_dir}/results.json, report.txt, {', '.join(report['plots'])}")
+    return 0 if all(report["checks"].values()) else 1
