@@ -156,8 +156,9 @@ def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
     return (torch.randn(batch, SLOTS, hs, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn).to(device)
 
 
-def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, dequant: str = "prmt") -> float:
-    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each."""
+def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, **variant) -> float:
+    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each; variant:
+    score_pages keywords (dequant, pages_per_program, num_warps)."""
     from .scorer import score_pages
 
     device = pool.device
@@ -166,7 +167,7 @@ def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, dequant: st
     tile = random_tile(batch, hs, gen, device)
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
     out = torch.empty(batch, SLOTS * hs, pages, device=device)
-    return graph_time_us(lambda i: score_pages(tile, pool.cache, tables[i], lens, out, dequant=dequant), len(tables))
+    return graph_time_us(lambda i: score_pages(tile, pool.cache, tables[i], lens, out, **variant), len(tables))
 
 
 def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen) -> float:
@@ -200,10 +201,16 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         us = scorer_us(pool, batch, pages, hs, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
-    for hs in (1, 4):  # the table dequantization, for the version log
-        us = scorer_us(pool, 8, 1024, hs, gen, dequant="table")
-        gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
-        rows.append({"context": 131072, "batch": 8, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "dequant": "table"})
+    # Versions for fast/PERF.md at one size (8 x 128K): the table dequantization, and the prmt
+    # kernel's pages per program and warps.
+    variants = [dict(dequant="table", pages_per_program=1)] + [
+        dict(dequant="prmt", pages_per_program=v, num_warps=w) for v, w in ((1, 4), (2, 4), (4, 4), (8, 4), (4, 8))
+    ]
+    for hs in (1, 4):
+        for variant in variants:
+            us = scorer_us(pool, 8, 1024, hs, gen, **variant)
+            gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
+            rows.append({"context": 131072, "batch": 8, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
     return rows
 
 
@@ -267,9 +274,10 @@ def print_report(report: dict, file=sys.stdout) -> None:
     print(f"ceilings: copy {c['copy_read_plus_write_GBps']:.0f} GB/s (read+write), streaming read {c['stream_read_GBps']:.0f} GB/s", file=file)
     print(f"checks: scorer vs reference {'ok' if report['checks']['scorer'] else 'FAILED'}; " + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"), file=file)
     print("\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling", file=file)
-    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'deq':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}", file=file)
+    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'µs':>9} {'GB/s':>7} {'frac':>5}  variant", file=file)
     for r in report["scorer"]:
-        print(f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r.get('dequant', 'prmt'):>5} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}", file=file)
+        variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
+        print(f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}  {variant}", file=file)
     if report.get("torch_stock"):
         print("\nplain PyTorch stock path (one head), µs", file=file)
         for r in report["torch_stock"]:
@@ -300,7 +308,7 @@ def plot(report: dict, out: Path) -> list[str]:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
     for ax, hs in zip(axes, (1, 4)):
         for batch in sorted({r["batch"] for r in report["scorer"]}):
-            pts = [(r["context"], r["of_read_ceiling"]) for r in report["scorer"] if r["hs"] == hs and r["batch"] == batch and "dequant" not in r]
+            pts = [(r["context"], r["of_read_ceiling"]) for r in report["scorer"] if r["hs"] == hs and r["batch"] == batch and "variant" not in r]
             ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
         ax.axhline(0.85, color="gray", ls="--", lw=0.8)
         ax.set(xscale="log", title=f"scorer, Hs = {hs}", xlabel="context (tokens)", ylabel="fraction of streaming-read ceiling")

@@ -24,7 +24,7 @@ _CODE_BYTES = tl.constexpr(CODE_BYTES)
 # $0, $1: table bytes T[0..3], T[4..7] (byte i = T[i]); $2: the scale byte (zero-extended).
 # mul.f16x2 constants, high half : low half -> products {lo, hi}: {0, .5s}, {s, 1.5s},
 # {2s, 3s}, {4s, 6s}; cvt e4m3x2 puts the low half's byte low, so {ha, hb} = T[0..3].
-_ASM_TABLE = """
+_ASM_TABLE = tl.constexpr("""
 {
 .reg .b32 ss, sf, ca, cb, cc, cd, pa, pb, pc, pd;
 .reg .b16 slo, shi, ha, hb, hc, hd;
@@ -46,13 +46,13 @@ cvt.rn.satfinite.e4m3x2.f16x2 hd, pd;
 mov.b32 $0, {ha, hb};
 mov.b32 $1, {hc, hd};
 }
-"""
+""")
 
 # $0..$7: fp16 of codes 0..7 of the word (code k = nibble k: element 2i is byte i's low
 # nibble); $8: the word; $9, $10: the group's table. Magnitude selectors are the nibbles with
 # bit 3 cleared; sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode, the byte of
 # (word << 4) or word whose MSB is nibble k's bit 3. lop3 0x78 = a ^ (b & c).
-_ASM_DECODE = """
+_ASM_DECODE = tl.constexpr("""
 {
 .reg .b32 m, m2, x4, p0, p1, s0, s1, e0, e1, f0, f1, f2, f3, k7, k80;
 .reg .b16 e00, e01, e10, e11;
@@ -78,23 +78,36 @@ mov.b32 {$2, $3}, f1;
 mov.b32 {$4, $5}, f2;
 mov.b32 {$6, $7}, f3;
 }
-"""
+""")
 
 
 @triton.jit
-def dequant_page_prmt(page_u8, page_i32):
-    """fp16 ``[128 tokens, 128]`` of one page; page_u8 / page_i32: the page's first byte as
-    uint8 and int32 pointers (pages are 9216-byte aligned, so words are aligned)."""
+def load_page_prmt(page_u8, page_i32, live):
+    """A page's raw operands for ``dequant_prmt``: int32 ``[128, 16]`` code words and int32
+    ``[128, 8]`` scale bytes (zeros where ``live`` is false, nothing read). page_u8 /
+    page_i32: the page's first byte as uint8 and int32 pointers (pages are 9216 bytes, so
+    words are aligned)."""
     t = tl.arange(0, 128)
     g = tl.arange(0, 8)
     w = tl.arange(0, 16)
-    codes = tl.load(page_i32 + t[:, None] * 16 + w[None, :])  # [128, 16] words of 8 codes
-    scales = tl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :]).to(tl.int32)  # [128, 8]
+    codes = tl.load(page_i32 + t[:, None] * 16 + w[None, :], mask=live, other=0)
+    scales = tl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0).to(tl.int32)
+    return codes, scales
+
+
+@triton.jit
+def dequant_prmt(codes, scales):
+    """fp16 ``[128 tokens, 128]`` from ``load_page_prmt``'s operands."""
     t_lo, t_hi = tl.inline_asm_elementwise(_ASM_TABLE, "=r,=r,r", [scales], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
     t_lo = tl.interleave(t_lo, t_lo)  # [128, 16]: word w uses group w // 2
     t_hi = tl.interleave(t_hi, t_hi)
     o = tl.inline_asm_elementwise(
-        _ASM_DECODE, "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r", [codes, t_lo, t_hi], dtype=(tl.float16,) * 8, is_pure=True, pack=1
+        _ASM_DECODE,
+        "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
+        [codes, t_lo, t_hi],
+        dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16),
+        is_pure=True,
+        pack=1,
     )
     # interleave(a, b)[2i + c] = (a, b)[c][i]; three levels give element 8w + k = o[k][w].
     a0 = tl.interleave(o[0], o[4])

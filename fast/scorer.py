@@ -21,12 +21,14 @@ from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
 from .backend import pdl_options
-from .dequant_prmt import dequant_page_prmt
+from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
+# Pages per program of the prmt scorer (fast/PERF.md: measured choices).
+PRMT_PAGES = 4
 
 
 @functools.cache
@@ -108,15 +110,18 @@ def _score_kernel_prmt(
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,
     HS: tl.constexpr,
     ROWS: tl.constexpr,
+    PPP: tl.constexpr,  # pages per program, in a loop that prefetches the next page
     PDL: tl.constexpr,
 ):  # fmt: skip
-    """One page per program, dequantized by ``dequant_page_prmt`` (GPUs only)."""
+    """PPP consecutive pages of one request per program, dequantized by ``dequant_prmt``
+    (GPUs only). The next page's bytes are loaded before this page's arithmetic, so each
+    program keeps a load in flight while it computes."""
     b = tl.program_id(0)
-    j = tl.program_id(1)
+    first = tl.program_id(1) * PPP
     pdl_wait(PDL)
     length = tl.load(lens_ptr + b)
     n = tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
-    if j < n:
+    if first < n:
         r = tl.arange(0, ROWS)
         slot_len = length - 8 + r // HS
         own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
@@ -124,12 +129,19 @@ def _score_kernel_prmt(
         tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
         qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
         qt = tl.trans(qb.to(tl.float8e4nv, bitcast=True).to(tl.float16))  # [128, ROWS], exact
-        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j).to(tl.int64)
-        k = dequant_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4))
-        dots = tl.dot(k, qt, out_dtype=tl.float32)  # [128 tokens, ROWS]
-        best = tl.max(dots, axis=0) + 0.0  # +0.0: an all-zero sum is +0.0
-        keep = (r < 8 * HS) & (j < own)
-        tl.store(out_ptr + b.to(tl.int64) * stride_ob + r * stride_or + j, best, mask=keep)
+        bt_row = bt_ptr + b.to(tl.int64) * stride_bt
+        out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
+        page = tl.load(bt_row + first).to(tl.int64)
+        codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), True)
+        for i in range(PPP):
+            j = first + i
+            more = (i + 1 < PPP) & (j + 1 < n)
+            page = tl.load(bt_row + j + 1, mask=more, other=0).to(tl.int64)
+            next_codes, next_scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), more)
+            dots = tl.dot(dequant_prmt(codes, scales), qt, out_dtype=tl.float32)  # [128 tokens, ROWS]
+            best = tl.max(dots, axis=0) + 0.0  # +0.0: an all-zero sum is +0.0
+            tl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))
+            codes, scales = next_codes, next_scales
 
 
 @triton.jit
@@ -137,7 +149,8 @@ def _dequant_kernel(k_ptr, k32_ptr, pages_ptr, out_ptr):
     """out[i] = fp16 [128, 128] of page pages[i], through the prmt path."""
     i = tl.program_id(0)
     page = tl.load(pages_ptr + i).to(tl.int64)
-    k = dequant_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4))
+    codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), True)
+    k = dequant_prmt(codes, scales)
     t = tl.arange(0, 128)
     tl.store(out_ptr + i * 128 * 128 + t[:, None] * 128 + t[None, :], k)
 
@@ -164,6 +177,7 @@ def score_pages(
     pdl: bool = False,
     pages_per_program: int | None = None,
     dequant: str | None = None,
+    num_warps: int = 4,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -174,7 +188,7 @@ def score_pages(
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
     CP path's double-buffered tiles); by default the tile itself. dequant: "prmt" (the GPU
     default) or "table" (the interpreter's; on a GPU for comparison); pages_per_program:
-    the table path's V.
+    V of either path (prmt default PRMT_PAGES); num_warps: the prmt kernel's warps.
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -190,10 +204,11 @@ def score_pages(
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (prmt needs a GPU; table runs anywhere)")
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant == "prmt":
-        _score_kernel_prmt[(batch, width)](
+        ppp = pages_per_program or PRMT_PAGES
+        _score_kernel_prmt[(batch, triton.cdiv(width, ppp))](
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int32),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-            HS=hs, ROWS=rows, **pdl_options(pdl),
+            HS=hs, ROWS=rows, PPP=ppp, num_warps=num_warps, **pdl_options(pdl),
         )  # fmt: skip
         return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
