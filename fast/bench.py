@@ -371,3 +371,19 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
         print_report(report, f)
     print(f"\nwritten: {out_dir}/results.json, report.txt, {', '.join(report['plots'])}")
     return 0 if all(report["checks"].values()) else 1
+
+
+def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3) -> None:
+    """A few plain scorer launches on cold random pages, for a profiler to attach to
+    (``ncu --kernel-name regex:_score_kernel python -c 'from fast.bench import scorer_once; scorer_once()'``)."""
+    from .scorer import score_pages
+
+    gen = torch.Generator().manual_seed(0)
+    pool = CachePool(batch * pages * calls, torch.device("cuda", 0))
+    tables = pool.tables(batch, pages, calls, gen)
+    tile = random_tile(batch, hs, gen, pool.device)
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=pool.device)
+    out = torch.empty(batch, SLOTS * hs, pages, device=pool.device)
+    for table in tables:
+        score_pages(tile, pool.cache, table, lens, out)
+    torch.cuda.synchronize()

@@ -24,7 +24,7 @@ _CODE_BYTES = tl.constexpr(CODE_BYTES)
 # $0, $1: table bytes T[0..3], T[4..7] (byte i = T[i]); $2: the scale byte (zero-extended).
 # mul.f16x2 constants, high half : low half -> products {lo, hi}: {0, .5s}, {s, 1.5s},
 # {2s, 3s}, {4s, 6s}; cvt e4m3x2 puts the low half's byte low, so {ha, hb} = T[0..3].
-_ASM_TABLE = tl.constexpr("""
+_TABLE_BODY = """
 {
 .reg .b32 ss, sf, ca, cb, cc, cd, pa, pb, pc, pd;
 .reg .b16 slo, shi, ha, hb, hc, hd;
@@ -46,25 +46,21 @@ cvt.rn.satfinite.e4m3x2.f16x2 hd, pd;
 mov.b32 $0, {ha, hb};
 mov.b32 $1, {hc, hd};
 }
-""")
+"""
 
-# $0..$7: fp16 of codes 0..7 of the word (code k = nibble k: element 2i is byte i's low
-# nibble); $8: the word; $9, $10: the group's table. Magnitude selectors are the nibbles with
-# bit 3 cleared; sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode, the byte of
-# (word << 4) or word whose MSB is nibble k's bit 3. lop3 0x78 = a ^ (b & c).
-_ASM_DECODE = tl.constexpr("""
-{
-.reg .b32 m, m2, x4, p0, p1, s0, s1, e0, e1, f0, f1, f2, f3, k7, k80;
-.reg .b16 e00, e01, e10, e11;
-mov.b32 k7, 0x77777777;
-mov.b32 k80, 0x80808080;
-and.b32 m, $8, k7;
-prmt.b32 p0, $9, $10, m;
+# One group of 16 codes: $0..$15 fp16 of codes 0..15 (code k = nibble k of the 64-bit
+# word $16: element 2i is byte i's low nibble); $17 the group's scale byte. The table (see
+# _ASM_TABLE) is built once, then each 32-bit half is decoded: magnitude selectors are the
+# nibbles with bit 3 cleared; sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode,
+# the byte of (word << 4) or word whose MSB is nibble k's bit 3. lop3 0x78 = a ^ (b & c).
+_DECODE_HALF = """
+and.b32 m, WORD, k7;
+prmt.b32 p0, tlo, thi, m;
 shr.u32 m2, m, 16;
-prmt.b32 p1, $9, $10, m2;
-shl.b32 x4, $8, 4;
-prmt.b32 s0, x4, $8, 0xD9C8;
-prmt.b32 s1, x4, $8, 0xFBEA;
+prmt.b32 p1, tlo, thi, m2;
+shl.b32 x4, WORD, 4;
+prmt.b32 s0, x4, WORD, 0xD9C8;
+prmt.b32 s1, x4, WORD, 0xFBEA;
 lop3.b32 e0, p0, s0, k80, 0x78;
 lop3.b32 e1, p1, s1, k80, 0x78;
 mov.b32 {e00, e01}, e0;
@@ -73,45 +69,68 @@ cvt.rn.f16x2.e4m3x2 f0, e00;
 cvt.rn.f16x2.e4m3x2 f1, e01;
 cvt.rn.f16x2.e4m3x2 f2, e10;
 cvt.rn.f16x2.e4m3x2 f3, e11;
-mov.b32 {$0, $1}, f0;
-mov.b32 {$2, $3}, f1;
-mov.b32 {$4, $5}, f2;
-mov.b32 {$6, $7}, f3;
-}
-""")
+mov.b32 {$O0, $O1}, f0;
+mov.b32 {$O2, $O3}, f1;
+mov.b32 {$O4, $O5}, f2;
+mov.b32 {$O6, $O7}, f3;
+"""
+
+
+def _group_asm() -> str:
+    table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
+    halves = []
+    for h, word in enumerate(("wlo", "whi")):
+        body = _DECODE_HALF.replace("WORD", word)
+        for k in range(8):
+            body = body.replace(f"$O{k}", f"${8 * h + k}")
+        halves.append(body)
+    return (
+        "{\n.reg .b32 tlo, thi, wlo, whi, m, m2, x4, p0, p1, s0, s1, e0, e1, f0, f1, f2, f3, k7, k80;\n"
+        ".reg .b16 e00, e01, e10, e11;\n"
+        + table
+        + "mov.b64 {wlo, whi}, $16;\nmov.b32 k7, 0x77777777;\nmov.b32 k80, 0x80808080;\n"
+        + "".join(halves)
+        + "}\n"
+    )
+
+
+_ASM_GROUP = tl.constexpr(_group_asm())
 
 
 @triton.jit
-def load_page_prmt(page_u8, page_i32, live):
-    """A page's raw operands for ``dequant_prmt``: int32 ``[128, 16]`` code words and int32
-    ``[128, 8]`` scale bytes (zeros where ``live`` is false, nothing read). page_u8 /
-    page_i32: the page's first byte as uint8 and int32 pointers (pages are 9216 bytes, so
-    words are aligned)."""
+def load_page_prmt(page_u8, page_i64, live):
+    """A page's raw operands for ``dequant_prmt``: int64 ``[128, 8]`` code groups (16 codes
+    each) and int32 ``[128, 8]`` their scale bytes (zeros where ``live`` is false, nothing
+    read). page_u8 / page_i64: the page's first byte as uint8 and int64 pointers (pages are
+    9216 bytes, so groups are 8-byte aligned)."""
     t = tl.arange(0, 128)
     g = tl.arange(0, 8)
-    w = tl.arange(0, 16)
-    codes = tl.load(page_i32 + t[:, None] * 16 + w[None, :], mask=live, other=0)
+    codes = tl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
     scales = tl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0).to(tl.int32)
     return codes, scales
 
 
 @triton.jit
 def dequant_prmt(codes, scales):
-    """fp16 ``[128 tokens, 128]`` from ``load_page_prmt``'s operands."""
-    t_lo, t_hi = tl.inline_asm_elementwise(_ASM_TABLE, "=r,=r,r", [scales], dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
-    t_lo = tl.interleave(t_lo, t_lo)  # [128, 16]: word w uses group w // 2
-    t_hi = tl.interleave(t_hi, t_hi)
+    """fp16 ``[128 tokens, 128]`` from ``load_page_prmt``'s operands: one asm block per
+    group (table + 16 codes), then interleaves put element 16g + k = o[k][g]."""
     o = tl.inline_asm_elementwise(
-        _ASM_DECODE,
-        "=h,=h,=h,=h,=h,=h,=h,=h,r,r,r",
-        [codes, t_lo, t_hi],
-        dtype=(tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16),
+        _ASM_GROUP,
+        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r",
+        [codes, scales],
+        dtype=(
+            tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16,
+            tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16, tl.float16,
+        ),
         is_pure=True,
         pack=1,
-    )
-    # interleave(a, b)[2i + c] = (a, b)[c][i]; three levels give element 8w + k = o[k][w].
-    a0 = tl.interleave(o[0], o[4])
-    a1 = tl.interleave(o[1], o[5])
-    a2 = tl.interleave(o[2], o[6])
-    a3 = tl.interleave(o[3], o[7])
-    return tl.interleave(tl.interleave(a0, a2), tl.interleave(a1, a3))
+    )  # fmt: skip
+    # interleave(a, b)[2i + c] = (a, b)[c][i]; four levels over o[k], o[k + 8], ... give
+    # element 16g + k = o[k][g] (the bit-reversed pairing makes the order come out natural).
+    a = [tl.interleave(o[0], o[8]), tl.interleave(o[1], o[9]), tl.interleave(o[2], o[10]), tl.interleave(o[3], o[11]),
+         tl.interleave(o[4], o[12]), tl.interleave(o[5], o[13]), tl.interleave(o[6], o[14]), tl.interleave(o[7], o[15])]  # fmt: skip
+    b0 = tl.interleave(a[0], a[4])
+    b1 = tl.interleave(a[1], a[5])
+    b2 = tl.interleave(a[2], a[6])
+    b3 = tl.interleave(a[3], a[7])
+    return tl.interleave(tl.interleave(b0, b2), tl.interleave(b1, b3))

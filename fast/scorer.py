@@ -106,7 +106,7 @@ def _score_kernel(
 def _score_kernel_prmt(
     q_ptr, q_sel_ptr, q_set_stride,  # as _score_kernel
     k_ptr,  # uint8 [N, 9216] pages
-    k32_ptr,  # the same memory as int32 [N, 2304]
+    k64_ptr,  # the same memory as int64 [N, 1152]
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,
     HS: tl.constexpr,
     ROWS: tl.constexpr,
@@ -132,12 +132,12 @@ def _score_kernel_prmt(
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
         page = tl.load(bt_row + first).to(tl.int64)
-        codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), True)
+        codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True)
         for i in range(PPP):
             j = first + i
             more = (i + 1 < PPP) & (j + 1 < n)
             page = tl.load(bt_row + j + 1, mask=more, other=0).to(tl.int64)
-            next_codes, next_scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), more)
+            next_codes, next_scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), more)
             dots = tl.dot(dequant_prmt(codes, scales), qt, out_dtype=tl.float32)  # [128 tokens, ROWS]
             best = tl.max(dots, axis=0) + 0.0  # +0.0: an all-zero sum is +0.0
             tl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))
@@ -145,11 +145,11 @@ def _score_kernel_prmt(
 
 
 @triton.jit
-def _dequant_kernel(k_ptr, k32_ptr, pages_ptr, out_ptr):
+def _dequant_kernel(k_ptr, k64_ptr, pages_ptr, out_ptr):
     """out[i] = fp16 [128, 128] of page pages[i], through the prmt path."""
     i = tl.program_id(0)
     page = tl.load(pages_ptr + i).to(tl.int64)
-    codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k32_ptr + page * (_PAGE_BYTES // 4), True)
+    codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True)
     k = dequant_prmt(codes, scales)
     t = tl.arange(0, 128)
     tl.store(out_ptr + i * 128 * 128 + t[:, None] * 128 + t[None, :], k)
@@ -161,7 +161,7 @@ def dequant_pages_prmt(k_cache: torch.Tensor, pages: torch.Tensor) -> torch.Tens
     out = torch.empty(pages.shape[0], 128, 128, dtype=torch.float16, device=k_cache.device)
     if pages.shape[0]:
         pages_u8 = k_cache.view(-1, PAGE_BYTES)
-        _dequant_kernel[(pages.shape[0],)](pages_u8, pages_u8.view(torch.int32), pages, out)
+        _dequant_kernel[(pages.shape[0],)](pages_u8, pages_u8.view(torch.int64), pages, out)
     return out
 
 
@@ -206,7 +206,7 @@ def score_pages(
     if dequant == "prmt":
         ppp = pages_per_program or PRMT_PAGES
         _score_kernel_prmt[(batch, triton.cdiv(width, ppp))](
-            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int32),
+            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
             HS=hs, ROWS=rows, PPP=ppp, num_warps=num_warps, **pdl_options(pdl),
         )  # fmt: skip

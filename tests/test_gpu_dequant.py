@@ -33,11 +33,15 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
 
 
 @pytest.mark.parametrize("ppp", [1, 3, 4])
-@pytest.mark.parametrize("pattern", ["random", "gaussian", "exact", "clustered"])
+# Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
+# instruction (mma.sync) than the prmt kernel's (wgmma), and on random inputs the two
+# accumulate in different orders (last-bit differences, seen on the H200); the prmt path is
+# held to the reference's fp32 bound on random inputs in test_fast_kernels.py.
+@pytest.mark.parametrize("pattern", ["exact", "clustered", "ties"])
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
 def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs, ppp):
-    """Same dequantized values, same MMA shapes: the two paths agree bit for bit, whatever
-    the prmt kernel's pages per program (tails of rows not a multiple of it included)."""
+    """On exact-arithmetic inputs the two paths agree bit for bit, whatever the prmt kernel's
+    pages per program (tails of rows not a multiple of it included)."""
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
     outs = []
