@@ -158,7 +158,7 @@ def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
 
 def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, **variant) -> float:
     """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each; variant:
-    score_pages keywords (dequant, pages_per_program, num_warps)."""
+    score_pages keywords (dequant, pages_per_program, tokens_per_dot, num_warps)."""
     from .scorer import score_pages
 
     device = pool.device
@@ -204,7 +204,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     # Versions for fast/PERF.md at one size (8 x 128K): the table dequantization, and the prmt
     # kernel's pages per program and warps.
     variants = [dict(dequant="table", pages_per_program=1)] + [
-        dict(dequant="prmt", pages_per_program=v, num_warps=w) for v, w in ((1, 4), (2, 4), (4, 4), (8, 4), (4, 8))
+        dict(dequant="prmt", pages_per_program=v, tokens_per_dot=t, num_warps=w)
+        for v, t, w in ((1, 128, 4), (4, 128, 4), (4, 128, 8), (1, 64, 4), (4, 64, 4), (8, 64, 4), (4, 64, 8))
     ]
     for hs in (1, 4):
         for variant in variants:

@@ -98,12 +98,12 @@ _ASM_GROUP = tl.constexpr(_group_asm())
 
 
 @triton.jit
-def load_page_prmt(page_u8, page_i64, live):
-    """A page's raw operands for ``dequant_prmt``: int64 ``[128, 8]`` code groups (16 codes
-    each) and int32 ``[128, 8]`` their scale bytes (zeros where ``live`` is false, nothing
-    read). page_u8 / page_i64: the page's first byte as uint8 and int64 pointers (pages are
-    9216 bytes, so groups are 8-byte aligned)."""
-    t = tl.arange(0, 128)
+def load_page_prmt(page_u8, page_i64, live, TOK: tl.constexpr = 128, first_token=0):
+    """Raw operands for ``dequant_prmt`` of tokens ``[first_token, first_token + TOK)`` of a
+    page: int64 ``[TOK, 8]`` code groups (16 codes each) and int32 ``[TOK, 8]`` their scale
+    bytes (zeros where ``live`` is false, nothing read). page_u8 / page_i64: the page's
+    first byte as uint8 and int64 pointers (pages are 9216 bytes: groups are 8-byte aligned)."""
+    t = first_token + tl.arange(0, TOK)
     g = tl.arange(0, 8)
     codes = tl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
     scales = tl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0).to(tl.int32)
@@ -112,7 +112,7 @@ def load_page_prmt(page_u8, page_i64, live):
 
 @triton.jit
 def dequant_prmt(codes, scales):
-    """fp16 ``[128 tokens, 128]`` from ``load_page_prmt``'s operands: one asm block per
+    """fp16 ``[TOK tokens, 128]`` from ``load_page_prmt``'s operands: one asm block per
     group (table + 16 codes), then interleaves put element 16g + k = o[k][g]."""
     o = tl.inline_asm_elementwise(
         _ASM_GROUP,

@@ -29,6 +29,7 @@ _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
 # Pages per program of the prmt scorer (fast/PERF.md: measured choices).
 PRMT_PAGES = 4
+PRMT_TOKENS = 128
 
 
 @functools.cache
@@ -110,12 +111,13 @@ def _score_kernel_prmt(
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,
     HS: tl.constexpr,
     ROWS: tl.constexpr,
-    PPP: tl.constexpr,  # pages per program, in a loop that prefetches the next page
+    PPP: tl.constexpr,  # pages per program, in a loop that prefetches the next block
+    TOK: tl.constexpr,  # tokens per dot (128 or 64: a page in one or two blocks)
     PDL: tl.constexpr,
 ):  # fmt: skip
-    """PPP consecutive pages of one request per program, dequantized by ``dequant_prmt``
-    (GPUs only). The next page's bytes are loaded before this page's arithmetic, so each
-    program keeps a load in flight while it computes."""
+    """PPP consecutive pages of one request per program, TOK tokens at a time, dequantized by
+    ``dequant_prmt`` (GPUs only). The next block's bytes are loaded before this block's
+    arithmetic, so each program keeps a load in flight while it computes."""
     b = tl.program_id(0)
     first = tl.program_id(1) * PPP
     pdl_wait(PDL)
@@ -132,16 +134,24 @@ def _score_kernel_prmt(
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
         page = tl.load(bt_row + first).to(tl.int64)
-        codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True)
+        codes, scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True, TOK, 0)
         for i in range(PPP):
             j = first + i
-            more = (i + 1 < PPP) & (j + 1 < n)
-            page = tl.load(bt_row + j + 1, mask=more, other=0).to(tl.int64)
-            next_codes, next_scales = load_page_prmt(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), more)
-            dots = tl.dot(dequant_prmt(codes, scales), qt, out_dtype=tl.float32)  # [128 tokens, ROWS]
-            best = tl.max(dots, axis=0) + 0.0  # +0.0: an all-zero sum is +0.0
-            tl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))
-            codes, scales = next_codes, next_scales
+            best = tl.full([ROWS], float("-inf"), tl.float32)
+            for h in tl.static_range(_PAGE // TOK):
+                # prefetch the next block of tokens: this page's next one, or the next page's first
+                if h + 1 < _PAGE // TOK:
+                    more = j < n
+                    nxt, first_token = page, (h + 1) * TOK
+                else:
+                    more = (i + 1 < PPP) & (j + 1 < n)
+                    nxt, first_token = tl.load(bt_row + j + 1, mask=more, other=0).to(tl.int64), 0
+                next_codes, next_scales = load_page_prmt(k_ptr + nxt * _PAGE_BYTES, k64_ptr + nxt * (_PAGE_BYTES // 8), more, TOK, first_token)
+                dots = tl.dot(dequant_prmt(codes, scales), qt, out_dtype=tl.float32)  # [TOK tokens, ROWS]
+                best = tl.maximum(best, tl.max(dots, axis=0))
+                codes, scales, page = next_codes, next_scales, nxt
+            # +0.0: an all-zero sum is +0.0
+            tl.store(out_row + j, best + 0.0, mask=(r < 8 * HS) & (j < own) & (j < n))
 
 
 @triton.jit
@@ -178,6 +188,7 @@ def score_pages(
     pages_per_program: int | None = None,
     dequant: str | None = None,
     num_warps: int = 4,
+    tokens_per_dot: int | None = None,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -188,7 +199,8 @@ def score_pages(
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
     CP path's double-buffered tiles); by default the tile itself. dequant: "prmt" (the GPU
     default) or "table" (the interpreter's; on a GPU for comparison); pages_per_program:
-    V of either path (prmt default PRMT_PAGES); num_warps: the prmt kernel's warps.
+    V of either path (prmt default PRMT_PAGES); num_warps, tokens_per_dot: the prmt
+    kernel's warps and tokens per MMA block (default PRMT_TOKENS).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -208,7 +220,7 @@ def score_pages(
         _score_kernel_prmt[(batch, triton.cdiv(width, ppp))](
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-            HS=hs, ROWS=rows, PPP=ppp, num_warps=num_warps, **pdl_options(pdl),
+            HS=hs, ROWS=rows, PPP=ppp, TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps, **pdl_options(pdl),
         )  # fmt: skip
         return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages

@@ -32,14 +32,14 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
     assert torch.equal(got[~nan], want[~nan])
 
 
-@pytest.mark.parametrize("ppp", [1, 3, 4])
+@pytest.mark.parametrize("ppp,tok", [(1, 128), (3, 128), (4, 128), (1, 64), (3, 64)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
 # instruction (mma.sync) than the prmt kernel's (wgmma), and on random inputs the two
 # accumulate in different orders (last-bit differences, seen on the H200); the prmt path is
 # held to the reference's fp32 bound on random inputs in test_fast_kernels.py.
 @pytest.mark.parametrize("pattern", ["exact", "clustered", "ties"])
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
-def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs, ppp):
+def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok):
     """On exact-arithmetic inputs the two paths agree bit for bit, whatever the prmt kernel's
     pages per program (tails of rows not a multiple of it included)."""
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
@@ -47,7 +47,7 @@ def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs, ppp):
     outs = []
     for dequant in ("prmt", "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
-        ppp_kw = {"pages_per_program": ppp} if dequant == "prmt" else {}
+        ppp_kw = {"pages_per_program": ppp, "tokens_per_dot": tok} if dequant == "prmt" else {}
         score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **ppp_kw)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
