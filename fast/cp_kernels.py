@@ -131,6 +131,7 @@ def push_kernel(
     CHUNK: tl.constexpr,
     NUM_GROUPS: tl.constexpr,
     GROUP: tl.constexpr,
+    SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
@@ -151,7 +152,7 @@ def push_kernel(
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, tl.load(n_local_ptr + b))
         slot = (_SLOTS - QLEN) + i
         row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, NUM_GROUPS, GROUP)
+        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, NUM_GROUPS, GROUP, SORT)
         k = tl.arange(0, _TOPK)
         off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
         for rep in tl.static_range(R):

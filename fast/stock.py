@@ -51,6 +51,7 @@ def _stock_topk_kernel(
     NUM_GROUPS: tl.constexpr,
     GROUP: tl.constexpr,
     EMULATE_FMA: tl.constexpr,
+    SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15."""
@@ -81,7 +82,7 @@ def _stock_topk_kernel(
         span = hi - lo
         scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
         bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
-        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, NUM_GROUPS, GROUP)
+        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, NUM_GROUPS, GROUP, SORT)
         tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
 
 
@@ -152,6 +153,7 @@ class StockDecode:
             NUM_GROUPS=shape.num_groups,
             GROUP=shape.group,
             EMULATE_FMA=self.device.type != "cuda",
+            SORT=self.device.type == "cuda",
             **pdl_options(self.pdl),
         )
         return out
