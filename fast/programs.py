@@ -170,7 +170,8 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
     over 1 / world of the pages), each as ``layers`` layers (distinct caches, one table)
     captured in one CUDA graph, replayed after a 256 MB L2 flush and a barrier; plus each
-    path's scorer alone and the stock top-16 alone, timed the same way (median of ``reps``).
+    path's scorer alone and the stock top-16 alone, timed the same way (median of ``reps``),
+    and the CP stages of eager forwards (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``).
     Every rank draws the same inputs."""
     import torch.distributed as dist
 
@@ -230,6 +231,10 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         result[f"{path}_us"] = timed(lambda: g.replay(s))
         if path == "cp":
             plan = s.plan
+            stages: dict = {}
+            for _ in range(3):  # eager, every rank alike: the stage split of the layer time
+                decode.forward(g.cp_layers[0], plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
+            result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = torch.randint(-8, 8, (batch, 8, heads, 128), generator=gen).to(torch.int8).view(torch.uint8).to(dev) & 0x77
             score = lambda: [score_pages(tile, caches[i], plan.block_table, plan.score_lens, plan.scores) for i in range(layers)]  # noqa: E731
             result["cp_score_us"] = timed(graphed(score))

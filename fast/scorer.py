@@ -28,8 +28,8 @@ _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
 # Pages per program of the prmt scorer (fast/PERF.md: measured choices).
-PRMT_PAGES = 4
-PRMT_TOKENS = 128
+PRMT_PAGES = 1
+PRMT_TOKENS = 64
 
 
 @functools.cache
