@@ -30,12 +30,16 @@ def _pin_xdist_worker_to_one_gpu() -> None:
 _pin_xdist_worker_to_one_gpu()
 
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 from fast.backend import gpu_count, select_backend  # noqa: E402
 
 # Before any test module imports a Triton kernel: GPU if present, else the interpreter.
 BACKEND = select_backend()
+# xdist workers share the cores: one worker's torch must not spawn a thread per core.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 # dev: quick local runs. ci: derandomized and bounded, so CI is reproducible and its time
 # is predictable. fuzz: many examples, with a database under the repository (git-ignored).

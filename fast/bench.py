@@ -333,7 +333,7 @@ def plot(report: dict, out: Path) -> list[str]:
     return made
 
 
-def run_bench(out: str | None = None, quick: bool = False, world: int | None = None) -> int:
+def run_bench(out: str | None = None, quick: bool = False, world: int | None = None, contexts=None, batches=None) -> int:
     """The whole benchmark; returns a process exit code (1 if a correctness check failed)."""
     from .backend import p2p_gpus
 
@@ -342,7 +342,8 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
         return 2
     out_dir = Path(out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    contexts, batches = (QUICK_CONTEXTS, QUICK_BATCHES) if quick else (CONTEXTS, BATCHES)
+    contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
+    batches = tuple(batches or (QUICK_BATCHES if quick else BATCHES))
     device = torch.device("cuda", 0)
     gen = torch.Generator().manual_seed(0)
     report: dict = {"machine": machine_header(), "quick": quick}

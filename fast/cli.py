@@ -51,5 +51,7 @@ def main(argv=None) -> int:
     b.add_argument("--out", help="results folder (default results/bench-<time>)")
     b.add_argument("--quick", action="store_true", help="3 contexts x 2 batches instead of 5 x 4")
     b.add_argument("--world", type=int, help="CP ranks for the per-layer section (default: GPUs with P2P)")
-    b.set_defaults(run=lambda a: run_bench(a.out, a.quick, a.world))
+    b.add_argument("--contexts", type=int, nargs="+", help="contexts in tokens (multiples of 128)")
+    b.add_argument("--batches", type=int, nargs="+")
+    b.set_defaults(run=lambda a: run_bench(a.out, a.quick, a.world, a.contexts, a.batches))
     return run_command(parser.parse_args(argv))

@@ -24,5 +24,6 @@ class SelectShape:
         if padded <= max_chunk:
             # Single level always; the two-level branch still needs valid shapes to compile.
             return cls(chunk=padded, num_groups=16, group=1)
-        groups = min(NUM_GROUPS, padded // 16)
+        # At least 16 groups: the first level selects 16 of them (tl.topk needs k <= n).
+        groups = min(NUM_GROUPS, max(16, padded // 16))
         return cls(chunk=max_chunk, num_groups=groups, group=padded // groups)
