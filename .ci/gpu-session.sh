@@ -22,7 +22,9 @@ for s in "$@"; do
     dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_dequant.py" ;;
     test) stage test 900 "make test" ;;
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
-    test-ranks) stage test-ranks 900 "python3 -m pytest -q -s -m 'multirank and not slow'" ;;
+    test-ranks) stage test-ranks 270 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
+    refail) stage refail 90 "python3 -m pytest -q -x tests/test_fast_kernels.py -k 'stock_topk or cp1' tests/test_fuzz_cli.py" ;;
+    bench-mid) stage bench-mid 170 "python3 -m fast bench --contexts 8192 131072 1048576 --batches 1 32 64 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
     bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
     ncu) stage ncu 240 "ncu --kernel-name regex:_score_kernel_prmt --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.bench import scorer_once; scorer_once()'" ;;
