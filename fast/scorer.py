@@ -48,6 +48,28 @@ def _first_set(device: str) -> torch.Tensor:
 
 
 @triton.jit
+def _pages_scored(lens_ptr, b, W):
+    """(length, n): request b's length and the pages scored, min((len - 1) // 128, W).
+    Written without negative division (C and numpy round it differently)."""
+    length = tl.load(lens_ptr + b)
+    return length, tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+
+
+@triton.jit
+def _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, ROWS: tl.constexpr):
+    """(r, own, q): the tile's rows r = slot * HS + head (padded to ROWS), each row's causal
+    bound own(slot) = (len - 8 + slot) // 128, and q fp16 [ROWS, 128] (E4M3 -> fp16 is exact;
+    padding rows 0)."""
+    r = tl.arange(0, ROWS)
+    slot_len = length - 8 + r // HS
+    own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
+    d = tl.arange(0, 128)
+    tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
+    qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
+    return r, own, qb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+
+
+@triton.jit
 def _score_kernel(
     q_ptr,  # uint8 [.., B, 8, HS, 128] query tile (E4M3 bytes); offset by q_sel below
     q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
@@ -69,18 +91,9 @@ def _score_kernel(
     b = tl.program_id(0)
     first = tl.program_id(1) * V
     pdl_wait(PDL)
-    length = tl.load(lens_ptr + b)
-    # Pages scored: min((len - 1) // 128, W); stored per row below own(slot). Written
-    # without negative division (C and numpy round it differently).
-    n = tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+    length, n = _pages_scored(lens_ptr, b, W)
     if first < n:
-        r = tl.arange(0, ROWS)
-        slot_len = length - 8 + r // HS
-        own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
-        d = tl.arange(0, 128)
-        tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
-        qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
-        q = qb.to(tl.float8e4nv, bitcast=True).to(tl.float16)  # exact
+        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, ROWS)
         qt = tl.broadcast_to(tl.trans(q)[None, :, :], [V, 128, ROWS])
         v = tl.arange(0, V)
         j = first + v  # [V] page columns
@@ -121,16 +134,10 @@ def _score_kernel_prmt(
     b = tl.program_id(0)
     first = tl.program_id(1) * PPP
     pdl_wait(PDL)
-    length = tl.load(lens_ptr + b)
-    n = tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+    length, n = _pages_scored(lens_ptr, b, W)
     if first < n:
-        r = tl.arange(0, ROWS)
-        slot_len = length - 8 + r // HS
-        own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
-        d = tl.arange(0, 128)
-        tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
-        qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
-        qt = tl.trans(qb.to(tl.float8e4nv, bitcast=True).to(tl.float16))  # [128, ROWS], exact
+        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, ROWS)
+        qt = tl.trans(q)  # [128, ROWS]
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
         page = tl.load(bt_row + first).to(tl.int64)
