@@ -287,6 +287,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
         print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8}  cp eager stages: exchange/score/push/merge", file=file)
+        print("  (eager stages: 3 forwards outside graphs, CUDA events; the exchange includes waiting for the peer's launches)", file=file)
         for r in report["layers"]:
             speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
             print(
