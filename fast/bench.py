@@ -215,7 +215,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     return rows
 
 
-def check_against_reference(pool_ranks, world: int) -> dict:
+def check_against_reference(pool_ranks) -> dict:
     """The correctness gate of this run: scorer within tolerance on random inputs, and CP and
     stock decode bit-exact on exact-arithmetic inputs (long rows, q = 4) on the ranks."""
     import reference
@@ -259,7 +259,7 @@ def layer_section(world: int, contexts, batches, quick: bool) -> tuple[dict, lis
 
     grid = [(c, b, q) for c in contexts for b in batches for q in (1, 4)]
     with RankPool(world, "cuda") as ranks:
-        checks = check_against_reference(ranks, world)
+        checks = check_against_reference(ranks)
         rows = []
         for ctx, batch, q in progress(grid, f"layers (CP={world})"):
             res = ranks.run(bench_layers_on_rank, ctx // PAGE, batch, q, heads=HEADS, layers=LAYERS, reps=5 if quick else 15, timeout=900)

@@ -177,7 +177,6 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
 
     from .bench import FLUSH_BYTES
     from .graphs import GraphedDecode
-    from .scorer import score_pages
 
     dev = ctx.device
     need = batch * pages
@@ -210,38 +209,49 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
             times.append(a.elapsed_time(b) * 1e3 / layers)
         return sorted(times)[len(times) // 2]
 
-    def graphed(fn):
+    def graphed(fn, *args):
+        """fn(*args) captured in a CUDA graph (after one eager call); the replay function."""
         g = torch.cuda.CUDAGraph()
-        fn()
+        fn(*args)
         torch.cuda.synchronize()
         with torch.cuda.graph(g):
-            fn()
+            fn(*args)
         return g.replay
 
     result = {}
     for path in ("stock", "cp"):
         if path == "cp":
-            decode, hr = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True), HeadLayout(ctx.world, heads).heads_per_rank
-        else:
+            layout = HeadLayout(ctx.world, heads)
+            decode, hr, mine = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True), layout.heads_per_rank, list(layout.heads_of(ctx.rank))
+        else:  # tensor parallel: H / world heads per rank (replicated when world > H)
             hr = max(1, heads // ctx.world)
-            decode = StockDecode(heads=hr, max_reqs=batch, device=dev, pdl=True)
-        mine = list(range(ctx.rank * hr, ctx.rank * hr + hr)) if path == "stock" else list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+            decode, mine = StockDecode(heads=hr, max_reqs=batch, device=dev, pdl=True), [(ctx.rank * hr + k) % heads for k in range(hr)]
         g = GraphedDecode(decode, heads=hr, query_len=query_len, table_width=pages, k_caches=caches, layers=layers, sizes=(batch,))
         s = g.prepare(table, lens, q_all[:, mine].to(dev))
         result[f"{path}_us"] = timed(lambda: g.replay(s))
         if path == "cp":
-            plan = s.plan
             stages: dict = {}
             for _ in range(3):  # eager, every rank alike: the stage split of the layer time
-                decode.forward(g.cp_layers[0], plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
+                decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
             result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = torch.randint(-8, 8, (batch, 8, heads, 128), generator=gen).to(torch.int8).view(torch.uint8).to(dev) & 0x77
-            score = lambda: [score_pages(tile, caches[i], plan.block_table, plan.score_lens, plan.scores) for i in range(layers)]  # noqa: E731
-            result["cp_score_us"] = timed(graphed(score))
+            result["cp_score_us"] = timed(graphed(_score_layers, tile, caches, s.plan.block_table, s.plan.score_lens, s.plan.scores))
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]
-            score = lambda: [score_pages(tile, caches[i], table, lens, scores) for i in range(layers)]  # noqa: E731
-            result["stock_score_us"] = timed(graphed(score))
-            out = s.out[0]
-            result["stock_top16_us"] = timed(graphed(lambda: [decode.select(out, query_len) for _ in range(layers)]))
+            result["stock_score_us"] = timed(graphed(_score_layers, tile, caches, table, lens, scores))
+            result["stock_top16_us"] = timed(graphed(_select_layers, decode, s.out[0], query_len, layers))
     return result
+
+
+def _score_layers(tile, caches, table, lens, scores) -> None:
+    """The scorer once per layer cache (the benchmark's scorer-alone graphs)."""
+    from .scorer import score_pages
+
+    for cache in caches:
+        score_pages(tile, cache, table, lens, scores)
+
+
+def _select_layers(decode, out, query_len: int, layers: int) -> None:
+    """The stock top-16 stage once per layer (the benchmark's top-16-alone graphs)."""
+    for _ in range(layers):
+        decode.select(out, query_len)
