@@ -191,7 +191,7 @@ class IndexerDecodeCP:
         q_exchange_kernel[(rows,)](
             index_q.view(torch.int32), layer.tile.ptrs, layer.parity, self.error,
             self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, HEAD0=self.owned.start, **common,
+            H=self.heads, HR=hr, R=self.layout.replicas, HEAD0=self.owned.start, **common,
         )  # fmt: skip
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]

@@ -80,6 +80,7 @@ def q_exchange_kernel(
     spin_limit,
     H: tl.constexpr,
     HR: tl.constexpr,
+    R: tl.constexpr,
     HEAD0: tl.constexpr,
     CP: tl.constexpr,
     RANK: tl.constexpr,
@@ -88,13 +89,20 @@ def q_exchange_kernel(
 ):
     """Store this rank's heads into every rank's tile (slot 8 - QLEN + i), then wait until
     this rank's own tile row holds no 0xFF byte. It must not release its dependent early:
-    the scorer after it reads the whole tile."""
+    the scorer after it reads the whole tile.
+
+    With R replicas per head (H < CP) each replica stores only its 32 / R words of the head's
+    row: every word has exactly one writer, and every rank's tile row is complete only once
+    every rank has stored into it. That lockstep is what the two buffer sets rely on. If each
+    replica stored the whole row, a tile completed by the faster replica would let its rank
+    run steps ahead of the slower one (all-short steps wait for nobody else), and the slower
+    replica's stores would land in tiles already re-armed or already holding a later step."""
     pdl_wait(PDL)  # for index_q's producer
     t = tl.program_id(0)
     b = t // QLEN
     slot = (_SLOTS - QLEN) + t % QLEN
     base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
-    w = tl.arange(0, _WORDS)
+    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
     for hl in tl.static_range(HR):
         row = tl.load(q_ptr + (t * HR + hl) * _WORDS + w)
         for dst in tl.static_range(CP):

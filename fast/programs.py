@@ -105,6 +105,41 @@ def decode_on_rank(
     }
 
 
+def changing_queries_on_rank(
+    ctx, case: dict, short_lens: torch.Tensor, *, steps: int, seed: int, lag: dict | None = None, pdl: bool = False
+) -> list[torch.Tensor]:
+    """``steps`` back-to-back CP forwards of one layer with new queries every step (drawn
+    from ``seed``, the same on every rank: ``step_queries``), on ``case``'s table; steps
+    ``s`` with ``(s // 2) % 2 == 0`` use ``short_lens`` (int32 [B], every row short), the
+    others the case's lengths. Returns this rank's outputs, int32 [rows, Hr, 16] per step.
+    A step whose rows are all short re-arms its tile without waiting for anyone; the step
+    two later uses the same buffer set with long rows, so a query store that landed after
+    that re-arm would be scored as if fresh — repeating one query would hide it. ``lag``:
+    seconds this rank sleeps before each step, by rank (a peer that falls behind)."""
+    c = _to(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    short = short_lens.to(ctx.device)
+    outs = []
+    for step, q in enumerate(step_queries(case["index_q"].shape, steps, seed)):
+        time.sleep((lag or {}).get(ctx.rank, 0.0))
+        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        plan = state.plan(c["block_table"], short if (step // 2) % 2 == 0 else c["seq_lens"])
+        state.forward(layer, plan, q[:, owned].contiguous().to(ctx.device), c["k_cache"], out, c["query_len"])
+        outs.append(out)
+    state.check()
+    return [o.cpu() for o in outs]
+
+
+def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
+    """Exact-arithmetic queries (multiples of 0.5 in [-1, 1]), float8_e4m3fn ``shape``, one
+    per step."""
+    gen = torch.Generator().manual_seed(seed)
+    return [(torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5).to(torch.float8_e4m3fn) for _ in range(steps)]
+
+
 def assemble(results: list[dict], heads: int) -> torch.Tensor:
     """Per-rank outputs -> int32 [rows, H, 16]; replicas of a head must agree exactly."""
     rows = results[0]["out"].shape[0]

@@ -16,9 +16,10 @@ import reference
 from fast.backend import gpu_count
 from fast.cli import main
 from fast.launcher import RankError, RankPool
-from fast.programs import assemble, decode_on_rank, graph_replay_on_rank, run_case
+from fast.programs import assemble, changing_queries_on_rank, decode_on_rank, graph_replay_on_rank, run_case, step_queries
 from fuzz.strategies import decode_configs
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
+from reference.cp import HeadLayout
 
 pytestmark = pytest.mark.multirank
 
@@ -92,6 +93,30 @@ def test_back_to_back_steps(cp, lens):
     results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=200, pdl=PDL)
     assert all(r["all_equal"] for r in results)
     assert torch.equal(assemble(results, 4), reference.full_decode(*case.args()))
+
+
+@pytest.mark.parametrize(
+    "cp,heads",
+    # CP = 4 on fewer than 4 GPUs shares GPUs (time-sliced): `make test-slow` there.
+    [pytest.param(2, 1, id="cp2-h1"), pytest.param(4, 2, id="cp4-h2", marks=[pytest.mark.slow] if BACKEND == "cuda" and GPUS < 4 else [])],
+)
+def test_back_to_back_with_two_replicas_and_new_queries(cp, heads):
+    """Two replicas per head (H < CP), the last rank lagging 0.5 s per step, back-to-back
+    steps with new queries, every step checked; two all-short steps, two long ones,
+    repeated. When every replica stored the whole row, the fast ranks' tiles were completed
+    without the laggard, they ran steps ahead through the all-short steps, and the laggard's
+    stores landed in re-armed tiles: at CP = 4, H = 2 the ranks hung (10 minutes, CPU ranks).
+    Each replica now stores its own words of the row, so every tile waits for every rank."""
+    steps = 12
+    case = make_case(20 + heads, [seq_len_for(19, 3), seq_len_for(17, 0)], query_len=2, heads=heads, pattern="exact")
+    short = torch.tensor([seq_len_for(2, 5), seq_len_for(9, 0)], dtype=torch.int32)
+    lag = {cp - 1: 0.5}  # the last rank (a second replica) falls behind every step
+    outs = pool(cp).run(changing_queries_on_rank, case.to_dict(), short, steps=steps, seed=5, lag=lag, pdl=PDL)  # [rank][step]
+    owned = [list(HeadLayout(cp, heads).heads_of(r)) for r in range(cp)]
+    for step, q in enumerate(step_queries(case.index_q.shape, steps, 5)):
+        lens = short if (step // 2) % 2 == 0 else case.seq_lens
+        got = assemble([{"heads": owned[r], "out": outs[r][step]} for r in range(cp)], heads)
+        assert torch.equal(got, reference.full_decode(q, case.k_cache, case.block_table, lens, case.query_len)), f"step {step}"
 
 
 @pytest.mark.parametrize("cp", [_cp_param(2), _cp_param(4)])
