@@ -14,8 +14,12 @@ import torch
 def select_backend() -> str:
     """Return ``"cuda"`` when a GPU is present, else set ``TRITON_INTERPRET=1`` and return ``"cpu"``.
 
-    An explicit ``TRITON_INTERPRET=1`` in the environment forces ``"cpu"``.
+    An explicit ``TRITON_INTERPRET=1`` in the environment forces ``"cpu"``;
+    ``FAST_COMPILE_ONLY=1`` forces ``"cuda"`` without a GPU, so kernels can be compiled for
+    sm_90 and read (``python -m fast.sass``) but not run.
     """
+    if os.environ.get("FAST_COMPILE_ONLY") == "1":
+        return "cuda"
     if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
         return "cpu"

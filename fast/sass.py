@@ -1,0 +1,72 @@
+"""``FAST_COMPILE_ONLY=1 python -m fast.sass [--hs N] [--tokens T] [--pages P]``: compile the
+prmt scorer for sm_90 on any machine (the Triton wheel carries ptxas and nvdisasm) and print
+its registers, shared memory and SASS instruction mix — the first look at a scorer change,
+at no device time. ``--dump FILE`` writes the whole SASS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
+
+_SIGNATURE = {
+    "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
+    "bt_ptr": "*i32", "lens_ptr": "*i32", "out_ptr": "*fp32", "W": "i32", "stride_bt": "i32",
+    "stride_ob": "i32", "stride_or": "i32",
+    "HS": "constexpr", "ROWS": "constexpr", "PPP": "constexpr", "TOK": "constexpr", "PDL": "constexpr",
+}  # fmt: skip
+
+
+def _tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def scorer_sass(hs: int, tokens: int, pages: int, num_warps: int = 4) -> tuple[str, str]:
+    """(resource line, SASS text) of the prmt scorer compiled for sm_90."""
+    rows = max(16, triton.next_power_of_2(8 * hs))
+    src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs={"HS": hs, "ROWS": rows, "PPP": pages, "TOK": tokens, "PDL": False})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True).stdout
+        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
+    return next(line.strip() for line in usage.splitlines() if "REG:" in line), sass
+
+
+def instruction_mix(sass: str) -> collections.Counter:
+    """Opcode (without modifiers) -> count, over the SASS listing."""
+    ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, flags=re.M)
+    return collections.Counter(ops)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
+    parser.add_argument("--hs", type=int, default=1)
+    parser.add_argument("--tokens", type=int, default=PRMT_TOKENS)
+    parser.add_argument("--pages", type=int, default=PRMT_PAGES)
+    parser.add_argument("--warps", type=int, default=4)
+    parser.add_argument("--dump", help="write the SASS here")
+    args = parser.parse_args(argv)
+    usage, sass = scorer_sass(args.hs, args.tokens, args.pages, args.warps)
+    print(f"_score_kernel_prmt Hs={args.hs} tokens={args.tokens} pages={args.pages} warps={args.warps}: {usage}")
+    for op, n in instruction_mix(sass).most_common(20):
+        print(f"{n:6d} {op}")
+    if args.dump:
+        with open(args.dump, "w") as f:
+            f.write(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
