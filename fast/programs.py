@@ -134,10 +134,26 @@ def changing_queries_on_rank(
 
 
 def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
-    """Exact-arithmetic queries (multiples of 0.5 in [-1, 1]), float8_e4m3fn ``shape``, one
-    per step."""
+    """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
-    return [(torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5).to(torch.float8_e4m3fn) for _ in range(steps)]
+    return [exact_queries(shape, gen) for _ in range(steps)]
+
+
+def exact_queries(shape, gen: torch.Generator) -> torch.Tensor:
+    """float8_e4m3fn queries of ``shape`` with exact-arithmetic values (multiples of 0.5 in
+    [-1, 1]: every summation order gives the same fp32 score)."""
+    return (torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+
+
+def random_step(gen: torch.Generator, batch: int, pages: int, blocks: int, query_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's block table (int32 [batch, pages], distinct blocks per request out of
+    ``blocks``) and lengths (int32 [batch]) covering every length class: the first rows at 0,
+    16 and 15 pages (short, the 16-page switch), the rest up to 40 pages past the table."""
+    table = torch.stack([torch.randperm(blocks, generator=gen)[:pages] for _ in range(batch)]).to(torch.int32)
+    n_pages = torch.randint(0, pages + 40, (batch,), generator=gen)
+    n_pages[: min(batch, 3)] = torch.tensor([0, 16, 15])[: min(batch, 3)]
+    lens = (n_pages * 128 + 1 + torch.randint(0, 128, (batch,), generator=gen)).clamp(min=query_len).to(torch.int32)
+    return table, lens
 
 
 def assemble(results: list[dict], heads: int) -> torch.Tensor:
@@ -182,12 +198,8 @@ def graph_replay_on_rank(ctx, *, steps: int, check_every: int, pdl: bool, seed: 
     checked = 0
     for step in range(steps):
         batch = int(torch.randint(1, 9, (), generator=gen))
-        table = torch.stack([torch.randperm(k_cache.shape[0], generator=gen)[:pages] for _ in range(batch)]).to(torch.int32)
-        # every length class: short, the 16-page edge, long, past the table
-        n_pages = torch.randint(0, pages + 40, (batch,), generator=gen)
-        n_pages[: min(batch, 3)] = torch.tensor([0, 16, 15])[: min(batch, 3)]
-        lens = (n_pages * 128 + 1 + torch.randint(0, 128, (batch,), generator=gen)).clamp(min=query_len).to(torch.int32)
-        q = (torch.randint(-2, 3, (batch * query_len, heads, 128), generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+        table, lens = random_step(gen, batch, pages, k_cache.shape[0], query_len)
+        q = exact_queries((batch * query_len, heads, 128), gen)
         out = graphed.step(table.to(ctx.device), lens.to(ctx.device), q[:, owned].to(ctx.device))
         if step % check_every == 0 or step == steps - 1:
             want = reference.full_decode(q, base.k_cache, table, lens, query_len)[:, owned]
@@ -210,20 +222,19 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     Every rank draws the same inputs."""
     import torch.distributed as dist
 
-    from .bench import FLUSH_BYTES
+    from .bench import FLUSH_BYTES, CachePool, random_tile
     from .graphs import GraphedDecode
 
     dev = ctx.device
     need = batch * pages
     pool = ctx.state.get("pool")
-    if pool is None or pool.shape[0] < layers * need:
+    if pool is None or pool.pages < layers * need:
         ctx.state.pop("pool", None)
         torch.cuda.empty_cache()
-        pool = ctx.state["pool"] = torch.randint(0, 256, (layers * need, 9216), dtype=torch.uint8, device=dev)
-        pool[:, 8192:] &= 0x77  # scales positive, no NaN
+        pool = ctx.state["pool"] = CachePool(layers * need, dev)
         ctx.state["flush"] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
     flush, token = ctx.state["flush"], torch.zeros(1, device=dev)
-    caches = [pool[i * need : (i + 1) * need].view(need, 128, 72) for i in range(layers)]
+    caches = [pool.cache[i * need : (i + 1) * need] for i in range(layers)]
     gen = torch.Generator().manual_seed(pages * 131 + batch * 7 + query_len)
     table = torch.randperm(need, generator=gen).view(batch, pages).to(torch.int32).to(dev)
     lens = torch.full((batch,), pages * 128, dtype=torch.int32, device=dev)
@@ -269,7 +280,7 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
             for _ in range(3):  # eager, every rank alike: the stage split of the layer time
                 decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
             result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
-            tile = torch.randint(-8, 8, (batch, 8, heads, 128), generator=gen).to(torch.int8).view(torch.uint8).to(dev) & 0x77
+            tile = random_tile(batch, heads, gen, dev)
             result["cp_score_us"] = timed(graphed(_score_layers, tile, caches, s.plan.block_table, s.plan.score_lens, s.plan.scores))
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]

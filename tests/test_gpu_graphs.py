@@ -6,21 +6,13 @@ import torch
 
 import reference
 from fast.cp import IndexerDecodeCP
+from fast.programs import exact_queries, random_step
 from fast.symm import SingleRankSymmetric
 from reference.cases import make_case
 
 pytestmark = pytest.mark.gpu
 
 BATCH, QLEN, PAGES, HEADS = 8, 4, 300, 4
-
-
-def _step_inputs(gen, blocks):
-    """A fresh table and lengths: every length class (short, 16-page edge, long, past the table)."""
-    table = torch.stack([torch.randperm(blocks, generator=gen)[:PAGES] for _ in range(BATCH)]).to(torch.int32)
-    pages = torch.randint(0, PAGES + 40, (BATCH,), generator=gen)
-    pages[:3] = torch.tensor([0, 16, 15])
-    lens = (pages * 128 + 1 + torch.randint(0, 128, (BATCH,), generator=gen)).clamp(min=QLEN).to(torch.int32)
-    return table, lens
 
 
 @pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
@@ -30,7 +22,7 @@ def test_graph_replay_with_changing_plans(pdl):
     gen = torch.Generator().manual_seed(2)
     k_cache = base.k_cache.to(dev)
     q_static = base.index_q.to(dev)
-    table, lens = _step_inputs(gen, k_cache.shape[0])
+    table, lens = random_step(gen, BATCH, PAGES, k_cache.shape[0], QLEN)
     bt_static, sl_static = table.to(dev), lens.to(dev)
     out = torch.full((BATCH * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev)
     state = IndexerDecodeCP(heads=HEADS, max_reqs=BATCH, symm=SingleRankSymmetric(dev), pdl=pdl)
@@ -43,8 +35,8 @@ def test_graph_replay_with_changing_plans(pdl):
         state.forward(layer, plan, q_static, k_cache, out, QLEN)
     checked = 0
     for step in range(1000):
-        table, lens = _step_inputs(gen, k_cache.shape[0])
-        q = (torch.randint(-2, 3, q_static.shape, generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+        table, lens = random_step(gen, BATCH, PAGES, k_cache.shape[0], QLEN)
+        q = exact_queries(q_static.shape, gen)
         bt_static.copy_(table)
         sl_static.copy_(lens)
         q_static.copy_(q)
