@@ -235,7 +235,7 @@ def check_scorer() -> bool:
     import reference
     from reference.cases import make_case
     from reference.decode import query_tile
-    from reference.nvfp4 import dequantize_nvfp4
+    from reference.scores import fp32_order_bound
 
     from .scorer import score_pages
 
@@ -246,8 +246,7 @@ def check_scorer() -> bool:
     got = torch.full_like(want, 1e30).cuda()
     score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got)
     got = got.cpu()
-    k = dequantize_nvfp4(case.k_cache).abs()[case.block_table.long()]
-    bound = 128 * 2.0**-24 * torch.einsum("brd,bwtd->brwt", tile.float().abs().reshape(2, 32, 128), k).amax(-1)
+    bound = fp32_order_bound(tile, case.k_cache, case.block_table)
     written = want != 1e30
     return bool(torch.equal(got != 1e30, written) and ((got - want).abs() <= bound)[written].all())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
-from .nvfp4 import dequantize_nvfp4_f64
+from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).
 PAGE_CHUNK = 256
@@ -109,3 +109,17 @@ def score_pages(
             view = out[b, :, start:stop]
             view.copy_(torch.where(keep, s, view))
     return out
+
+
+def fp32_order_bound(q_tile: torch.Tensor, k_cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
+    """How far an fp32 accumulation in any order may land from ``score_pages``'s exactly
+    rounded score: ``128 * 2^-24 * max_t sum_d |q_d k_td|`` (the classic bound for a 128-term
+    fp32 sum; the tolerance a fast scorer is held to on random inputs).
+
+    q_tile: e4m3 ``[B, 8, Hs, 128]``; k_cache: uint8 ``[N, 128, 72]``; block_table: int
+    ``[B, W]`` (entries clamped into the cache). Returns float32 ``[B, 8 * Hs, W]``.
+    """
+    b, _, hs, _ = q_tile.shape
+    k = dequantize_nvfp4(k_cache).abs()[block_table.long().clamp(0, k_cache.shape[0] - 1)]
+    q = q_tile.float().abs().reshape(b, SLOTS * hs, HEAD_DIM)
+    return 128 * 2.0**-24 * torch.einsum("brd,bwtd->brwt", q, k).amax(-1)

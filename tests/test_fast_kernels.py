@@ -20,7 +20,7 @@ from fuzz.strategies import DecodeConfig, decode_configs
 from reference.cases import EXACT_PATTERNS, make_case
 from reference.cp import plan_rank
 from reference.decode import query_tile
-from reference.nvfp4 import dequantize_nvfp4
+from reference.scores import fp32_order_bound
 from reference.selection import own_pages, select
 
 DEV = default_device()
@@ -42,15 +42,6 @@ def scorer_cases(draw, patterns=EXACT + ("random", "gaussian")):
     return query_tile(case.index_q, len(lens), 8), case.k_cache, case.block_table, torch.tensor(lens, dtype=torch.int32), pattern
 
 
-def fp32_tolerance(tile, k_cache, table):
-    """128 * 2^-24 * max_t sum_d |q k|: the bound on any fp32 accumulation order of a
-    128-term dot product, against the reference's exactly-rounded sum."""
-    b, _, hs, _ = tile.shape
-    k = dequantize_nvfp4(k_cache).abs()[table.long().clamp(0, k_cache.shape[0] - 1)]
-    q = tile.float().abs().reshape(b, 8 * hs, 128)
-    return 128 * 2.0**-24 * torch.einsum("brd,bwtd->brwt", q, k).amax(-1)
-
-
 @given(scorer_cases())
 def test_scorer_matches_reference(args):
     tile, k_cache, table, lens, pattern = args
@@ -65,7 +56,7 @@ def test_scorer_matches_reference(args):
     if pattern in EXACT:
         assert torch.equal(got, want)  # exact arithmetic: every order gives the same fp32
     else:
-        tol = fp32_tolerance(tile, k_cache, table)
+        tol = fp32_order_bound(tile, k_cache, table)
         assert bool(((got - want).abs() <= tol)[written].all())
 
 
