@@ -2,16 +2,17 @@
 per element and no table in memory.
 
 For a group of 16 codes sharing scale s, every result is one of 8 magnitudes
-``T[m] = e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. Per group,
-``_ASM_TABLE`` builds those 8 bytes in two registers: s to fp16 (``cvt``, exact), 4 fp16x2
-products (exact: at most 6 significant bits, within fp16's normal range) and 4 hardware
-round-to-nearest-even, saturating conversions to E4M3 — the contract's one rounding. Per
-32-bit word of 8 codes, ``_ASM_DECODE`` looks the 3-bit magnitudes up with ``prmt`` (one per
-4 codes), spreads the sign bits to byte MSBs with ``prmt``'s sign-replicate mode, XORs them in
-(a sign flip, so negative scales stay exact too), and widens E4M3 pairs to fp16 pairs with
-``cvt`` (exact). Inline PTX exists on GPUs only; the interpreter uses the table gather in
-``scorer.py``, and ``tests/test_gpu_dequant.py`` checks this path against the reference on every
-(scale byte, code) pair.
+``T[m] = e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. One asm
+block per group (``_ASM_GROUP``) first builds those 8 bytes in two registers
+(``_TABLE_BODY``): s to fp16 (``cvt``, exact), 4 fp16x2 products (exact: at most 6
+significant bits, within fp16's normal range) and 4 hardware round-to-nearest-even,
+saturating conversions to E4M3 — the contract's one rounding. Then, per 32-bit half of the
+group's 64-bit code word (``_DECODE_HALF``), it looks the 3-bit magnitudes up with ``prmt``
+(one per 4 codes), spreads the sign bits to byte MSBs with ``prmt``'s sign-replicate mode,
+XORs them in (a sign flip, so negative scales stay exact too), and widens E4M3 pairs to fp16
+pairs with ``cvt`` (exact). Inline PTX exists on GPUs only; the interpreter uses the table
+gather in ``scorer.py``, and ``tests/test_gpu_dequant.py`` checks this path against the
+reference on every (scale byte, code) pair.
 """
 
 import triton
@@ -49,8 +50,8 @@ mov.b32 $1, {hc, hd};
 """
 
 # One group of 16 codes: $0..$15 fp16 of codes 0..15 (code k = nibble k of the 64-bit
-# word $16: element 2i is byte i's low nibble); $17 the group's scale byte. The table (see
-# _ASM_TABLE) is built once, then each 32-bit half is decoded: magnitude selectors are the
+# word $16: element 2i is byte i's low nibble); $17 the group's scale byte. The table
+# (_TABLE_BODY) is built once, then each 32-bit half is decoded: magnitude selectors are the
 # nibbles with bit 3 cleared; sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode,
 # the byte of (word << 4) or word whose MSB is nibble k's bit 3. lop3 0x78 = a ^ (b & c).
 _DECODE_HALF = """

@@ -1,11 +1,11 @@
 """The Q8KV4 decode page scorer in Triton, honoring DESIGN.md §4 exactly.
 
 Two dequantizations, one contract: ``"prmt"`` (GPUs: byte permutes in inline PTX, see
-``dequant_prmt.py``; one page per program) and ``"table"`` (everywhere, the interpreter's: a
-gather from a per-scale table of E4M3 values built by torch — no fp8 conversion in the
-kernel, which the interpreter gets wrong; V pages per program). Both multiply with 16-bit
-operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32): 128 tokens on
-M, the 8 * Hs query rows on N.
+``dequant_prmt.py``; PPP pages per program in blocks of TOK tokens) and ``"table"``
+(everywhere, the interpreter's: a gather from a per-scale table of E4M3 values built by
+torch — no fp8 conversion in the kernel, which the interpreter gets wrong; V pages per
+program). Both multiply with 16-bit operands and fp32 accumulators (Hopper's FP8 MMA does not
+accumulate in fp32): tokens on M, the 8 * Hs query rows on N.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from .jit_helpers import pdl_wait
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
-# Pages per program of the prmt scorer (fast/PERF.md: measured choices).
+# The prmt scorer's pages per program and tokens per MMA block (fast/PERF.md: measured).
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
 
