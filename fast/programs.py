@@ -41,8 +41,8 @@ def decode_on_rank(
     forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
     every forward, so a read of a column the scorer did not write would rank first.
     ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
-    ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs). ``"path"`` in the result says
-    which path ran.
+    ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
+    ``"path"`` in the result says which path ran.
     """
     c = _to(ctx.device, case)
     q, heads = c["index_q"], c["index_q"].shape[1]
