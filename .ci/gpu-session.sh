@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
-# at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: info dequant test bench
-# bench-quick sanitizer demo). Never multicast (DESIGN.md §7).
+# at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case
+# arms below; test-units + test-ranks = the two steps of make test). Never multicast (DESIGN.md §7).
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpu-session}
@@ -21,8 +21,9 @@ for s in "$@"; do
     info) stage info 60 "nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.device_count())'" ;;
     dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_dequant.py" ;;
     test) stage test 900 "make test" ;;
+    test-units) stage test-units 500 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
-    test-ranks) stage test-ranks 270 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
+    test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_fast_kernels.py -k 'stock_topk or cp1' tests/test_fuzz_cli.py" ;;
     bench-mid) stage bench-mid 170 "python3 -m fast bench --contexts 8192 131072 1048576 --batches 1 32 64 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
