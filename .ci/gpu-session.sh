@@ -28,7 +28,7 @@ for s in "$@"; do
     bench-mid) stage bench-mid 170 "python3 -m fast bench --contexts 8192 131072 1048576 --batches 1 32 64 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
     bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
-    ncu) stage ncu 240 "ncu --kernel-name regex:_score_kernel_prmt --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.bench import scorer_once; scorer_once()'" ;;
+    ncu) stage ncu 240 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.bench import scorer_once; scorer_once()'" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_dequant.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;

@@ -201,11 +201,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         us = scorer_us(pool, batch, pages, hs, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
-    # Versions for fast/PERF.md at one size (8 x 128K): the table dequantization, and the prmt
-    # kernel's pages per program and warps.
-    variants = [dict(dequant="table", pages_per_program=1)] + [
-        dict(dequant="prmt", pages_per_program=v, tokens_per_dot=t, num_warps=w)
-        for v, t, w in ((1, 128, 4), (4, 128, 4), (4, 128, 8), (1, 64, 4), (4, 64, 4), (8, 64, 4), (4, 64, 8))
+    # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
+    # (tile staged through shared memory) at its default, and the wgmma kernel's pages per
+    # program and tokens per MMA block.
+    variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt")] + [
+        dict(dequant="wgmma", pages_per_program=v, tokens_per_dot=t) for v, t in ((1, 64), (2, 64), (4, 64), (1, 128), (2, 128), (4, 128))
     ]
     for hs in (1, 4):
         for variant in variants:
@@ -231,7 +231,8 @@ def check_against_reference(pool_ranks) -> dict:
 
 
 def check_scorer() -> bool:
-    """prmt scorer vs the reference on random inputs, within the fp32-order bound."""
+    """Both GPU scorers (wgmma, prmt) vs the reference on random inputs, within the
+    fp32-order bound."""
     import reference
     from reference.cases import make_case
     from reference.decode import query_tile
@@ -243,12 +244,15 @@ def check_scorer() -> bool:
     tile = query_tile(case.index_q, 2, 8)
     want = torch.full((2, 32, case.block_table.shape[1]), 1e30)
     reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
-    got = torch.full_like(want, 1e30).cuda()
-    score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got)
-    got = got.cpu()
     bound = fp32_order_bound(tile, case.k_cache, case.block_table)
     written = want != 1e30
-    return bool(torch.equal(got != 1e30, written) and ((got - want).abs() <= bound)[written].all())
+    ok = True
+    for dequant in ("wgmma", "prmt"):
+        got = torch.full_like(want, 1e30).cuda()
+        score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=dequant)
+        got = got.cpu()
+        ok &= bool(torch.equal(got != 1e30, written) and ((got - want).abs() <= bound)[written].all())
+    return ok
 
 
 def layer_section(world: int, contexts, batches, quick: bool) -> tuple[dict, list[dict]]:
@@ -378,7 +382,7 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
 
 def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3) -> None:
     """A few plain scorer launches on cold random pages, for a profiler to attach to
-    (``ncu --kernel-name regex:_score_kernel python -c 'from fast.bench import scorer_once; scorer_once()'``)."""
+    (``ncu --kernel-name regex:_score_kernel_wgmma python -c 'from fast.bench import scorer_once; scorer_once()'``)."""
     from .scorer import score_pages
 
     gen = torch.Generator().manual_seed(0)

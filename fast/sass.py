@@ -1,7 +1,7 @@
-"""``FAST_COMPILE_ONLY=1 python -m fast.sass [--hs N] [--tokens T] [--pages P]``: compile the
-prmt scorer for sm_90 on any machine (the Triton wheel carries ptxas and nvdisasm) and print
-its registers, shared memory and SASS instruction mix — the first look at a scorer change,
-at no device time. ``--dump FILE`` writes the whole SASS.
+"""``FAST_COMPILE_ONLY=1 python -m fast.sass [--kernel wgmma|prmt] [--hs N] [--tokens T]
+[--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
+and nvdisasm) and print its registers, static shared memory and SASS instruction mix — the
+first look at a scorer change, at no device time. ``--dump FILE`` writes the whole SASS.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
+from triton.experimental.gluon._runtime import GluonASTSource
+
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
+from .scorer_wgmma import WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -31,10 +34,17 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def scorer_sass(hs: int, tokens: int, pages: int, num_warps: int = 4) -> tuple[str, str]:
-    """(resource line, SASS text) of the prmt scorer compiled for sm_90."""
-    rows = max(16, triton.next_power_of_2(8 * hs))
-    src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs={"HS": hs, "ROWS": rows, "PPP": pages, "TOK": tokens, "PDL": False})
+def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4) -> tuple[str, str]:
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
+    (tokens / pages None: the kernel's defaults)."""
+    if kernel == "wgmma":
+        constexprs = {"HS": hs, "ROWS": rows_for(hs), "PPP": pages or WGMMA_PAGES, "TOK": tokens or WGMMA_TOKENS}
+        src = GluonASTSource(fn=_score_kernel_wgmma, signature=_SIGNATURE, constexprs=constexprs | {"PDL": False})
+        num_warps = 4  # one warpgroup
+    else:
+        rows = max(16, triton.next_power_of_2(8 * hs))
+        constexprs = {"HS": hs, "ROWS": rows, "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
+        src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs | {"PDL": False})
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
@@ -52,14 +62,15 @@ def instruction_mix(sass: str) -> collections.Counter:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
+    parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
-    parser.add_argument("--tokens", type=int, default=PRMT_TOKENS)
-    parser.add_argument("--pages", type=int, default=PRMT_PAGES)
-    parser.add_argument("--warps", type=int, default=4)
+    parser.add_argument("--tokens", type=int, help="tokens per MMA block (default: the kernel's)")
+    parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
+    parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--dump", help="write the SASS here")
     args = parser.parse_args(argv)
-    usage, sass = scorer_sass(args.hs, args.tokens, args.pages, args.warps)
-    print(f"_score_kernel_prmt Hs={args.hs} tokens={args.tokens} pages={args.pages} warps={args.warps}: {usage}")
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps)
+    print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")
     if args.dump:

@@ -1,11 +1,15 @@
-"""The Q8KV4 decode page scorer in Triton, honoring DESIGN.md §4 exactly.
+"""The Q8KV4 decode page scorer, honoring DESIGN.md §4 exactly: ``score_pages`` and its
+kernels.
 
-Two dequantizations, one contract: ``"prmt"`` (GPUs: byte permutes in inline PTX, see
-``dequant_prmt.py``; PPP pages per program in blocks of TOK tokens) and ``"table"``
-(everywhere, the interpreter's: a gather from a per-scale table of E4M3 values built by
-torch — no fp8 conversion in the kernel, which the interpreter gets wrong; V pages per
-program). Both multiply with 16-bit operands and fp32 accumulators (Hopper's FP8 MMA does not
-accumulate in fp32): tokens on M, the 8 * Hs query rows on N.
+Three kernels, one contract: ``"wgmma"`` (the GPU default, ``scorer_wgmma.py``: Gluon,
+codes decoded straight into wgmma's register operand), ``"prmt"`` (GPUs, its predecessor:
+the same byte-permute decoding, ``dequant_prmt.py``, in plain Triton, whose tl.dot stages
+the fp16 tile through shared memory; kept for the bench's version comparison and as a
+second GPU implementation in the tests) and ``"table"`` (everywhere, the interpreter's: a
+gather from a per-scale table of E4M3 values built by torch — no fp8 conversion in the
+kernel, which the interpreter gets wrong). All multiply with 16-bit operands and fp32
+accumulators (Hopper's FP8 MMA does not accumulate in fp32): tokens on M, the 8 * Hs query
+rows on N.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from reference.scores import check_score_shapes
 from .backend import pdl_options
 from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
+from .scorer_wgmma import WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
@@ -204,10 +209,12 @@ def score_pages(
     ``[B, 8 * Hs, W]`` (rows contiguous). Stores column j of row (slot, head) for
     ``j < min((len - 1) // 128, W)`` and ``j < (len - 8 + slot) // 128``; nothing else.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
-    CP path's double-buffered tiles); by default the tile itself. dequant: "prmt" (the GPU
-    default) or "table" (the interpreter's; on a GPU for comparison); pages_per_program:
-    V of either path (prmt default PRMT_PAGES); num_warps, tokens_per_dot: the prmt
-    kernel's warps and tokens per MMA block (default PRMT_TOKENS).
+    CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
+    default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
+    pages_per_program: pages per program (defaults WGMMA_PAGES, PRMT_PAGES; table: 1 on GPUs,
+    16 in the interpreter); tokens_per_dot: 64 or 128, tokens per MMA block of the GPU
+    kernels (defaults WGMMA_TOKENS, PRMT_TOKENS); num_warps: the prmt kernel's (wgmma: 4, one
+    warpgroup).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -218,10 +225,20 @@ def score_pages(
     if q_sel is None:
         q_sel = _first_set(str(device))
     rows = max(16, triton.next_power_of_2(SLOTS * hs))
-    dequant = dequant or ("prmt" if device.type == "cuda" else "table")
-    if dequant not in ("prmt", "table") or (dequant == "prmt" and device.type != "cuda"):
-        raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (prmt needs a GPU; table runs anywhere)")
+    dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
+    if dequant not in ("wgmma", "prmt", "table") or (dequant != "table" and device.type != "cuda"):
+        raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
+    if tokens_per_dot not in (None, 64, 128):
+        raise ValueError(f"tokens_per_dot: {tokens_per_dot} (64 or 128: a page is one or two MMA blocks)")
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
+    if dequant == "wgmma":
+        ppp = pages_per_program or WGMMA_PAGES
+        _score_kernel_wgmma[(batch, triton.cdiv(width, ppp))](
+            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
+            block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
+            HS=hs, ROWS=rows_for(hs), PPP=ppp, TOK=tokens_per_dot or WGMMA_TOKENS, num_warps=4, **pdl_options(pdl),
+        )  # fmt: skip
+        return out
     if dequant == "prmt":
         ppp = pages_per_program or PRMT_PAGES
         _score_kernel_prmt[(batch, triton.cdiv(width, ppp))](

@@ -1,5 +1,6 @@
 """GPU tier: the scorer's inline-PTX dequantization (fast/dequant_prmt.py) against the
-reference on every (scale byte, code) pair, and the prmt and table scorers against each other."""
+reference on every (scale byte, code) pair, and the GPU scorers (wgmma, prmt) against the
+table scorer."""
 
 import pytest
 import torch
@@ -32,22 +33,25 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
     assert torch.equal(got[~nan], want[~nan])
 
 
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 @pytest.mark.parametrize("ppp,tok", [(1, 128), (3, 128), (4, 128), (1, 64), (3, 64)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
-# instruction (mma.sync) than the prmt kernel's (wgmma), and on random inputs the two
-# accumulate in different orders (last-bit differences, seen on the H200); the prmt path is
-# held to the reference's fp32 bound on random inputs in test_fast_kernels.py.
+# instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
+# dimensions in a permuted order: on random inputs they differ in the last bits (seen on the
+# H200). The GPU paths are held to the reference's fp32 bound on random inputs in
+# test_fast_kernels.py.
 @pytest.mark.parametrize("pattern", ["exact", "clustered", "ties"])
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
-def test_prmt_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok):
-    """On exact-arithmetic inputs the two paths agree bit for bit, whatever the prmt kernel's
-    pages per program (tails of rows not a multiple of it included)."""
+def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, kernel):
+    """On exact-arithmetic inputs a GPU kernel and the table path agree bit for bit, whatever
+    its pages per program (tails of rows not a multiple of it included) and tokens per MMA
+    block; cells the contract leaves alone keep their 1e30."""
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
     outs = []
-    for dequant in ("prmt", "table"):
+    for dequant in (kernel, "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
-        ppp_kw = {"pages_per_program": ppp, "tokens_per_dot": tok} if dequant == "prmt" else {}
+        ppp_kw = {"pages_per_program": ppp, "tokens_per_dot": tok} if dequant != "table" else {}
         score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **ppp_kw)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))

@@ -1,0 +1,167 @@
+"""The GPU page scorer: NVFP4 codes dequantized straight into Hopper wgmma register
+fragments (Gluon), so the fp16 tile never goes through shared memory.
+
+Why: the Triton scorer (``scorer._score_kernel_prmt``) writes each page's 32 KB fp16 tile to
+shared memory for wgmma and reads it back, ~64 KB of shared traffic per 9 KB read from HBM;
+that, not HBM, bounded it (fast/PERF.md, ncu). wgmma takes its A operand from registers
+when they hold the A fragment: in each warp, lane (gid, tig) holds rows 16w + gid and
+16w + gid + 8 and, per 16-wide k block kb, columns 2 tig + {0, 1} and 2 tig + 8 + {0, 1}.
+
+The trick: the dot product's dimension may be permuted freely if q is permuted alike. We
+give logical column k = 16 kb + 8 h + 2 tig + e the physical dimension
+``d(k) = 32 tig + 4 kb + 2 h + e``. Then lane tig's 32 columns of a row are the physical
+dimensions [32 tig, 32 tig + 32): two whole NVFP4 groups (2 tig, 2 tig + 1), 16 contiguous
+code bytes and 2 scale bytes. Each lane loads exactly those, decodes each group with the
+``prmt`` asm block of ``dequant_prmt.py`` (16 fp16 values), and joins / permutes them into
+the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compile time that
+no data moves between threads. q is gathered in the same order into a [128, ROWS] shared
+tile once per program. Scores equal the reference's within its fp32-order bound (the sum's
+order differs); exact-arithmetic inputs give the same bits as every other path.
+
+Gluon (Triton's explicit-layout dialect) runs on GPUs only; the interpreter keeps the table
+scorer of ``scorer.py``.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.language.extra.cuda import gdc_wait
+
+from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
+
+from .dequant_prmt import _ASM_GROUP
+
+_PAGE = gl.constexpr(PAGE)
+_PAGE_BYTES = gl.constexpr(PAGE_BYTES)
+_CODE_BYTES = gl.constexpr(CODE_BYTES)
+# Pages per program and tokens per MMA block (a page is one or two blocks); fast/PERF.md.
+WGMMA_PAGES = 1
+WGMMA_TOKENS = 64
+
+
+def rows_for(hs: int) -> int:
+    """The MMA's N: the tile's 8 * hs query rows rounded up to a power of two (wgmma's N
+    is a multiple of 8; Gluon tensors have power-of-two shapes)."""
+    return max(8, triton.next_power_of_2(8 * hs))
+
+
+@gluon.constexpr_function
+def _group_layout(tok):
+    """Where the int64 [tok, 8] code words (and their scale bytes) live: lane (gid, tig) of
+    warp w holds groups 2 tig, 2 tig + 1 of tokens 16 w + gid (+ 8) (+ 64 for tok = 128),
+    exactly the groups of its A fragment."""
+    regs = [[0, 1], [8, 0]] + ([[64, 0]] if tok == 128 else [])
+    return gl.DistributedLinearLayout(
+        reg_bases=regs, lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]],
+        block_bases=[], shape=[tok, 8],
+    )  # fmt: skip
+
+
+@gluon.jit
+def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
+    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t.
+
+    Physical (g, c) = (2 tig + gh, 4 kl + 2 h + e) is logical k = 16 (4 gh + kl) + 8 h + 2 tig
+    + e: join the 16 codes into trailing axes (e, h, kl0, kl1), split g into (tig, gh), and
+    order the axes as k's digits, most significant first."""
+    c0 = gl.join(gl.join(o0, o1), gl.join(o2, o3))
+    c1 = gl.join(gl.join(o4, o5), gl.join(o6, o7))
+    c2 = gl.join(gl.join(o8, o9), gl.join(o10, o11))
+    c3 = gl.join(gl.join(o12, o13), gl.join(o14, o15))
+    x = gl.join(gl.join(c0, c1), gl.join(c2, c3))  # [T, g, e, h, kl0, kl1]
+    T: gl.constexpr = x.shape[0]
+    x = gl.reshape(x, [T, 4, 2, 2, 2, 2, 2])  # [T, tig, gh, e, h, kl0, kl1]
+    x = gl.permute(x, (0, 2, 6, 5, 4, 1, 3))  # [T, gh, kl1, kl0, h, tig, e]
+    return gl.reshape(x, [T, 128])
+
+
+@gluon.jit
+def _load_block(page_u8, page_i64, live, first_token, TOK: gl.constexpr):
+    """int64 [TOK, 8] code words and int32 [TOK, 8] scale bytes of tokens [first_token,
+    first_token + TOK) of a page, in ``_group_layout`` (zeros where ``live`` is false)."""
+    layout: gl.constexpr = _group_layout(TOK)
+    t = first_token + gl.arange(0, TOK, layout=gl.SliceLayout(1, layout))
+    g = gl.arange(0, 8, layout=gl.SliceLayout(0, layout))
+    codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    return codes, scales.to(gl.int32)
+
+
+@gluon.jit
+def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
+    """The A operand: fp16 [TOK, 128], logical column k = physical dimension d(k), in
+    ``a_layout`` without moving data (checked at compile time)."""
+    o = gl.inline_asm_elementwise(
+        _ASM_GROUP, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
+        dtype=(gl.float16,) * 16, is_pure=True, pack=1,
+    )  # fmt: skip
+    a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
+    return gl.convert_layout(a, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _score_kernel_wgmma(
+    q_ptr, q_sel_ptr, q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
+    k_ptr,  # uint8 [N, 9216] pages
+    k64_ptr,  # the same memory as int64 [N, 1152]
+    bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,  # as scorer._score_kernel
+    HS: gl.constexpr,
+    ROWS: gl.constexpr,  # rows_for(HS)
+    PPP: gl.constexpr,  # pages per program
+    TOK: gl.constexpr,  # tokens per MMA block: 64 or 128
+    PDL: gl.constexpr,
+):  # fmt: skip
+    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP; the
+    next block's bytes are loaded before this block is decoded and multiplied."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(0, mma)
+    b = gl.program_id(0)
+    first = gl.program_id(1) * PPP
+    if PDL:
+        gdc_wait()
+    length = gl.load(lens_ptr + b)
+    n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
+    if first < n:
+        # q, gathered in logical column order: row k of the shared tile is dimension d(k)
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
+        k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
+        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
+        qr = gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
+        tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
+        qb = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
+        q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
+        q_smem = gl.allocate_shared_memory(gl.float16, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], gl.float16), q16)
+        fence_async_shared()
+        gl.thread_barrier()
+
+        r = gl.arange(0, ROWS, layout=row_layout)  # row = slot * HS + head
+        slot_len = length - 8 + r // HS
+        own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
+        out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        page = gl.load(bt_row + first).to(gl.int64)
+        codes, scales = _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True, 0, TOK)
+        for i in range(PPP):
+            j = first + i
+            # running max over the page's token blocks, reduced across threads once per page
+            best = gl.full([TOK, ROWS], float("-inf"), gl.float32, layout=mma)
+            for h in gl.static_range(_PAGE // TOK):
+                if h + 1 < _PAGE // TOK:  # prefetch this page's next block, or the next page
+                    more = j < n
+                    nxt = page
+                    first_token = (h + 1) * TOK
+                else:
+                    more = (i + 1 < PPP) & (j + 1 < n)
+                    nxt = gl.load(bt_row + j + 1, mask=more, other=0).to(gl.int64)
+                    first_token = 0
+                next_codes, next_scales = _load_block(k_ptr + nxt * _PAGE_BYTES, k64_ptr + nxt * (_PAGE_BYTES // 8), more, first_token, TOK)
+                a = _dequant_fragment(codes, scales, a_layout)
+                acc = warpgroup_mma(a, q_smem, gl.zeros([TOK, ROWS], gl.float32, layout=mma), use_acc=False)
+                best = gl.maximum(best, acc)
+                codes, scales, page = next_codes, next_scales, nxt
+            # +0.0: an all-zero sum is +0.0
+            gl.store(out_row + j, gl.max(best, axis=0) + 0.0, mask=(r < 8 * HS) & (j < own) & (j < n))
