@@ -43,9 +43,9 @@ WGMMA_TOKENS = 64
 
 
 def rows_for(hs: int) -> int:
-    """The MMA's N: the tile's 8 * hs query rows rounded up to a power of two (wgmma's N
-    is a multiple of 8; Gluon tensors have power-of-two shapes)."""
-    return max(8, triton.next_power_of_2(8 * hs))
+    """The MMA's N: the tile's 8 * hs query rows rounded up to a power of two, at least 16
+    (N = 8 compiles but its q tile of 16-byte rows faulted on the H200: illegal address)."""
+    return max(16, triton.next_power_of_2(8 * hs))
 
 
 @gluon.constexpr_function
