@@ -203,9 +203,10 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
     # (tile staged through shared memory) at its default, and the wgmma kernel's pages per
-    # program and tokens per MMA block.
+    # program, tokens per MMA block and blocks loaded ahead.
+    wgmma = ((1, 64, 1), (4, 64, 1), (8, 64, 1), (2, 64, 2), (4, 64, 2), (8, 64, 2), (2, 128, 1), (4, 128, 2))
     variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt")] + [
-        dict(dequant="wgmma", pages_per_program=v, tokens_per_dot=t) for v, t in ((1, 64), (2, 64), (4, 64), (1, 128), (2, 128), (4, 128))
+        dict(dequant="wgmma", pages_per_program=v, tokens_per_dot=t, blocks_ahead=a) for v, t, a in wgmma
     ]
     for hs in (1, 4):
         for variant in variants:

@@ -20,7 +20,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -34,12 +34,13 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
-def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4) -> tuple[str, str]:
+def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
-    (tokens / pages None: the kernel's defaults)."""
+    (tokens / pages / depth None: the kernel's defaults; depth: wgmma's blocks ahead)."""
     if kernel == "wgmma":
         constexprs = {"HS": hs, "ROWS": rows_for(hs), "PPP": pages or WGMMA_PAGES, "TOK": tokens or WGMMA_TOKENS}
-        src = GluonASTSource(fn=_score_kernel_wgmma, signature=_SIGNATURE, constexprs=constexprs | {"PDL": False})
+        constexprs |= {"DEPTH": depth or WGMMA_DEPTH, "PDL": False}
+        src = GluonASTSource(fn=_score_kernel_wgmma, signature=_SIGNATURE | {"DEPTH": "constexpr"}, constexprs=constexprs)
         num_warps = 4  # one warpgroup
     else:
         rows = max(16, triton.next_power_of_2(8 * hs))
@@ -67,9 +68,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, help="tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
+    parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument("--dump", help="write the SASS here")
     args = parser.parse_args(argv)
-    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps)
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")

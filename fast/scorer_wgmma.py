@@ -37,9 +37,11 @@ from .dequant_prmt import _ASM_GROUP
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
-# Pages per program and tokens per MMA block (a page is one or two blocks); fast/PERF.md.
-WGMMA_PAGES = 1
+# Pages per program, tokens per MMA block (a page is one or two blocks) and blocks loaded
+# ahead; fast/PERF.md.
+WGMMA_PAGES = 4
 WGMMA_TOKENS = 64
+WGMMA_DEPTH = 1
 
 
 def rows_for(hs: int) -> int:
@@ -91,6 +93,16 @@ def _load_block(page_u8, page_i64, live, first_token, TOK: gl.constexpr):
 
 
 @gluon.jit
+def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks, TOK: gl.constexpr):
+    """``_load_block`` of block ``blk`` of the program's ``blocks`` (page first + blk // (128
+    // TOK)); zeros, nothing read, past the program's blocks or the row's n pages."""
+    j = first + blk // (_PAGE // TOK)
+    live = (blk < blocks) & (j < n)
+    page = gl.load(bt_row + j, mask=live, other=0).to(gl.int64)
+    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % (_PAGE // TOK)) * TOK, TOK)
+
+
+@gluon.jit
 def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
     """The A operand: fp16 [TOK, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time)."""
@@ -112,10 +124,11 @@ def _score_kernel_wgmma(
     ROWS: gl.constexpr,  # rows_for(HS)
     PPP: gl.constexpr,  # pages per program
     TOK: gl.constexpr,  # tokens per MMA block: 64 or 128
+    DEPTH: gl.constexpr,  # blocks loaded ahead of the one decoded: 1 or 2
     PDL: gl.constexpr,
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP; the
-    next block's bytes are loaded before this block is decoded and multiplied."""
+    bytes of the DEPTH next blocks are in flight while a block is decoded and multiplied."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(0, mma)
@@ -143,25 +156,25 @@ def _score_kernel_wgmma(
         own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        page = gl.load(bt_row + first).to(gl.int64)
-        codes, scales = _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), True, 0, TOK)
+        BPP: gl.constexpr = _PAGE // TOK  # blocks per page
+        # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * BPP, TOK)
+        if DEPTH == 2:
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * BPP, TOK)
+        else:
+            c1, s1 = c0, s0
         for i in range(PPP):
             j = first + i
             # running max over the page's token blocks, reduced across threads once per page
             best = gl.full([TOK, ROWS], float("-inf"), gl.float32, layout=mma)
-            for h in gl.static_range(_PAGE // TOK):
-                if h + 1 < _PAGE // TOK:  # prefetch this page's next block, or the next page
-                    more = j < n
-                    nxt = page
-                    first_token = (h + 1) * TOK
-                else:
-                    more = (i + 1 < PPP) & (j + 1 < n)
-                    nxt = gl.load(bt_row + j + 1, mask=more, other=0).to(gl.int64)
-                    first_token = 0
-                next_codes, next_scales = _load_block(k_ptr + nxt * _PAGE_BYTES, k64_ptr + nxt * (_PAGE_BYTES // 8), more, first_token, TOK)
-                a = _dequant_fragment(codes, scales, a_layout)
+            for h in gl.static_range(BPP):
+                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, i * BPP + h + DEPTH, PPP * BPP, TOK)
+                a = _dequant_fragment(c0, s0, a_layout)
                 acc = warpgroup_mma(a, q_smem, gl.zeros([TOK, ROWS], gl.float32, layout=mma), use_acc=False)
                 best = gl.maximum(best, acc)
-                codes, scales, page = next_codes, next_scales, nxt
+                if DEPTH == 2:
+                    c0, s0, c1, s1 = c1, s1, cn, sn
+                else:
+                    c0, s0 = cn, sn
             # +0.0: an all-zero sum is +0.0
             gl.store(out_row + j, gl.max(best, axis=0) + 0.0, mask=(r < 8 * HS) & (j < own) & (j < n))
