@@ -20,7 +20,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -36,11 +36,12 @@ def _tool(name: str) -> str:
 
 def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
-    (tokens / pages / depth None: the kernel's defaults; depth: wgmma's blocks ahead)."""
+    (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
+    prmt's tokens per MMA block)."""
     if kernel == "wgmma":
-        constexprs = {"HS": hs, "ROWS": rows_for(hs), "PPP": pages or WGMMA_PAGES, "TOK": tokens or WGMMA_TOKENS}
-        constexprs |= {"DEPTH": depth or WGMMA_DEPTH, "PDL": False}
-        src = GluonASTSource(fn=_score_kernel_wgmma, signature=_SIGNATURE | {"DEPTH": "constexpr"}, constexprs=constexprs)
+        constexprs = {"HS": hs, "ROWS": rows_for(hs), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PDL": False}
+        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
+        src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs)
         num_warps = 4  # one warpgroup
     else:
         rows = max(16, triton.next_power_of_2(8 * hs))
@@ -65,7 +66,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
-    parser.add_argument("--tokens", type=int, help="tokens per MMA block (default: the kernel's)")
+    parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")

@@ -27,7 +27,7 @@ from reference.scores import check_score_shapes
 from .backend import pdl_options
 from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, WGMMA_TOKENS, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, rows_for
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
@@ -213,10 +213,10 @@ def score_pages(
     CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
     default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
     pages_per_program: pages per program (defaults WGMMA_PAGES, PRMT_PAGES; table: 1 on GPUs,
-    16 in the interpreter); tokens_per_dot: 64 or 128, tokens per MMA block of the GPU
-    kernels (defaults WGMMA_TOKENS, PRMT_TOKENS); blocks_ahead: 1 or 2, the wgmma kernel's
-    blocks in flight while one is decoded (default WGMMA_DEPTH); num_warps: the prmt
-    kernel's (wgmma: 4, one warpgroup).
+    16 in the interpreter); blocks_ahead: 1 or 2, the wgmma kernel's 64-token blocks in
+    flight while one is decoded (default WGMMA_DEPTH); tokens_per_dot: 64 or 128, the prmt
+    kernel's tokens per MMA block (default PRMT_TOKENS; wgmma: 64) and num_warps its warps
+    (wgmma: 4, one warpgroup).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -230,18 +230,17 @@ def score_pages(
     dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
     if dequant not in ("wgmma", "prmt", "table") or (dequant != "table" and device.type != "cuda"):
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
-    if tokens_per_dot not in (None, 64, 128):
-        raise ValueError(f"tokens_per_dot: {tokens_per_dot} (64 or 128: a page is one or two MMA blocks)")
-    if blocks_ahead not in (None, 1, 2):
-        raise ValueError(f"blocks_ahead: {blocks_ahead} (1 or 2)")
+    if tokens_per_dot not in (None, 64, 128) or (tokens_per_dot and dequant != "prmt"):
+        raise ValueError(f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)")
+    if blocks_ahead not in (None, 1, 2) or (blocks_ahead and dequant != "wgmma"):
+        raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant == "wgmma":
         ppp = pages_per_program or WGMMA_PAGES
         _score_kernel_wgmma[(batch, triton.cdiv(width, ppp))](
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-            HS=hs, ROWS=rows_for(hs), PPP=ppp, TOK=tokens_per_dot or WGMMA_TOKENS,
-            DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4, **pdl_options(pdl),
+            HS=hs, ROWS=rows_for(hs), PPP=ppp, DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4, **pdl_options(pdl),
         )  # fmt: skip
         return out
     if dequant == "prmt":

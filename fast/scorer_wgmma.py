@@ -37,11 +37,9 @@ from .dequant_prmt import _ASM_GROUP
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
-# Pages per program, tokens per MMA block (a page is one or two blocks) and blocks loaded
-# ahead; fast/PERF.md.
-WGMMA_PAGES = 4
-WGMMA_TOKENS = 64
-WGMMA_DEPTH = 1
+# Pages per program and 64-token blocks loaded ahead (fast/PERF.md: measured).
+WGMMA_PAGES = 8
+WGMMA_DEPTH = 2
 
 
 def rows_for(hs: int) -> int:
@@ -50,16 +48,15 @@ def rows_for(hs: int) -> int:
     return max(16, triton.next_power_of_2(8 * hs))
 
 
-@gluon.constexpr_function
-def _group_layout(tok):
-    """Where the int64 [tok, 8] code words (and their scale bytes) live: lane (gid, tig) of
-    warp w holds groups 2 tig, 2 tig + 1 of tokens 16 w + gid (+ 8) (+ 64 for tok = 128),
-    exactly the groups of its A fragment."""
-    regs = [[0, 1], [8, 0]] + ([[64, 0]] if tok == 128 else [])
-    return gl.DistributedLinearLayout(
-        reg_bases=regs, lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]],
-        block_bases=[], shape=[tok, 8],
-    )  # fmt: skip
+# Where a block's int64 [64, 8] code words (and their scale bytes) live: lane (gid, tig) of
+# warp w holds groups 2 tig, 2 tig + 1 of tokens 16 w + gid and 16 w + gid + 8, exactly the
+# groups of its A fragment.
+_GROUP_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [8, 0]], lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]], warp_bases=[[16, 0], [32, 0]],
+        block_bases=[], shape=[64, 8],
+    )
+)  # fmt: skip
 
 
 @gluon.jit
@@ -81,30 +78,29 @@ def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o
 
 
 @gluon.jit
-def _load_block(page_u8, page_i64, live, first_token, TOK: gl.constexpr):
-    """int64 [TOK, 8] code words and int32 [TOK, 8] scale bytes of tokens [first_token,
-    first_token + TOK) of a page, in ``_group_layout`` (zeros where ``live`` is false)."""
-    layout: gl.constexpr = _group_layout(TOK)
-    t = first_token + gl.arange(0, TOK, layout=gl.SliceLayout(1, layout))
-    g = gl.arange(0, 8, layout=gl.SliceLayout(0, layout))
+def _load_block(page_u8, page_i64, live, first_token):
+    """int64 [64, 8] code words and int32 [64, 8] scale bytes of tokens [first_token,
+    first_token + 64) of a page, in ``_GROUP_LAYOUT`` (zeros where ``live`` is false)."""
+    t = first_token + gl.arange(0, 64, layout=gl.SliceLayout(1, _GROUP_LAYOUT))
+    g = gl.arange(0, 8, layout=gl.SliceLayout(0, _GROUP_LAYOUT))
     codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
     scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
     return codes, scales.to(gl.int32)
 
 
 @gluon.jit
-def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks, TOK: gl.constexpr):
-    """``_load_block`` of block ``blk`` of the program's ``blocks`` (page first + blk // (128
-    // TOK)); zeros, nothing read, past the program's blocks or the row's n pages."""
-    j = first + blk // (_PAGE // TOK)
+def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks):
+    """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
+    blk // 2); zeros, nothing read, past the program's blocks or the row's n pages."""
+    j = first + blk // 2
     live = (blk < blocks) & (j < n)
     page = gl.load(bt_row + j, mask=live, other=0).to(gl.int64)
-    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % (_PAGE // TOK)) * TOK, TOK)
+    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64)
 
 
 @gluon.jit
 def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
-    """The A operand: fp16 [TOK, 128], logical column k = physical dimension d(k), in
+    """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time)."""
     o = gl.inline_asm_elementwise(
         _ASM_GROUP, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
@@ -123,15 +119,16 @@ def _score_kernel_wgmma(
     HS: gl.constexpr,
     ROWS: gl.constexpr,  # rows_for(HS)
     PPP: gl.constexpr,  # pages per program
-    TOK: gl.constexpr,  # tokens per MMA block: 64 or 128
-    DEPTH: gl.constexpr,  # blocks loaded ahead of the one decoded: 1 or 2
+    DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
     PDL: gl.constexpr,
 ):  # fmt: skip
-    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP; the
-    bytes of the DEPTH next blocks are in flight while a block is decoded and multiplied."""
+    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP, in
+    64-token blocks (one wgmma each; the 4 warps hold 16 tokens each). Each warp keeps its
+    own maxima of every page in shared memory; one barrier and one cross-warp max per
+    program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
+    instructions at Hs = 4: fast/PERF.md)."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    row_layout: gl.constexpr = gl.SliceLayout(0, mma)
     b = gl.program_id(0)
     first = gl.program_id(1) * PPP
     if PDL:
@@ -150,31 +147,41 @@ def _score_kernel_wgmma(
         q_smem = gl.allocate_shared_memory(gl.float16, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], gl.float16), q16)
         fence_async_shared()
         gl.thread_barrier()
+        # warp w's maxima of page i at [i, w, :]
+        maxima = gl.allocate_shared_memory(gl.float32, [PPP, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 
-        r = gl.arange(0, ROWS, layout=row_layout)  # row = slot * HS + head
-        slot_len = length - 8 + r // HS
-        own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
-        out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        BPP: gl.constexpr = _PAGE // TOK  # blocks per page
         # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * BPP, TOK)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2)
         if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * BPP, TOK)
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2)
         else:
             c1, s1 = c0, s0
         for i in range(PPP):
-            j = first + i
-            # running max over the page's token blocks, reduced across threads once per page
-            best = gl.full([TOK, ROWS], float("-inf"), gl.float32, layout=mma)
-            for h in gl.static_range(BPP):
-                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, i * BPP + h + DEPTH, PPP * BPP, TOK)
+            for h in gl.static_range(2):  # the page's two blocks
+                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
                 a = _dequant_fragment(c0, s0, a_layout)
-                acc = warpgroup_mma(a, q_smem, gl.zeros([TOK, ROWS], gl.float32, layout=mma), use_acc=False)
-                best = gl.maximum(best, acc)
+                acc = warpgroup_mma(a, q_smem, gl.zeros([64, ROWS], gl.float32, layout=mma), use_acc=False)
+                if h == 0:
+                    best = acc
+                else:
+                    best = gl.maximum(best, acc)  # the page's max, per token slot
                 if DEPTH == 2:
                     c0, s0, c1, s1 = c1, s1, cn, sn
                 else:
                     c0, s0 = cn, sn
+            # rows 16 w .. 16 w + 15 are warp w's: a max over them needs no other warp
+            maxima.index(i).store(gl.max(gl.reshape(best, [4, 16, ROWS]), axis=1))
+
+        gl.thread_barrier()
+        # [4 warps, ROWS]: a thread holds one row's 4 warp maxima (rows past 128 repeat)
+        across: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [1, 4], [1, 0])
+        r = gl.arange(0, ROWS, layout=gl.SliceLayout(0, across))  # row = slot * HS + head
+        slot_len = length - 8 + r // HS
+        own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
+        out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
+        for i in range(PPP):
+            j = first + i
             # +0.0: an all-zero sum is +0.0
-            gl.store(out_row + j, gl.max(best, axis=0) + 0.0, mask=(r < 8 * HS) & (j < own) & (j < n))
+            best = gl.max(maxima.index(i).load(across), axis=0) + 0.0
+            gl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))

@@ -34,7 +34,7 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
 
 
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
-@pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (4, 128, 1), (1, 64, 2), (3, 64, 1), (4, 64, 2)])
+@pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
 # instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
 # dimensions in a permuted order: on random inputs they differ in the last bits (seen on the
@@ -44,15 +44,15 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
 def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, kernel):
     """On exact-arithmetic inputs a GPU kernel and the table path agree bit for bit, whatever
-    its pages per program (tails of rows not a multiple of it included), tokens per MMA
-    block and (wgmma) blocks loaded ahead; cells the contract leaves alone keep their 1e30."""
+    its pages per program (tails of rows not a multiple of it included), prmt's tokens per
+    MMA block and wgmma's blocks loaded ahead; cells the contract leaves alone keep their 1e30."""
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
     outs = []
     for dequant in (kernel, "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
-        ppp_kw = {"pages_per_program": ppp, "tokens_per_dot": tok} if dequant != "table" else {}
-        ppp_kw |= {"blocks_ahead": ahead} if dequant == "wgmma" else {}
+        ppp_kw = {"pages_per_program": ppp} if dequant != "table" else {}
+        ppp_kw |= {"blocks_ahead": ahead} if dequant == "wgmma" else {"tokens_per_dot": tok} if dequant == "prmt" else {}
         score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **ppp_kw)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
