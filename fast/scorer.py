@@ -27,7 +27,8 @@ from reference.scores import check_score_shapes
 from .backend import pdl_options
 from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import pages_per_program as wgmma_pages
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
@@ -44,6 +45,11 @@ def dequant_lut(device: str) -> torch.Tensor:
     Built once per device by torch's (correct) conversion; every E4M3 value is exact in fp16.
     """
     return dequant_table().to(torch.float16).reshape(-1).contiguous().to(device)
+
+
+@functools.cache
+def _sm_count(device: str) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
@@ -212,8 +218,8 @@ def score_pages(
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
     CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
     default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
-    pages_per_program: pages per program (defaults WGMMA_PAGES, PRMT_PAGES; table: 1 on GPUs,
-    16 in the interpreter); blocks_ahead: 1 or 2, the wgmma kernel's 64-token blocks in
+    pages_per_program: pages per program (defaults: wgmma ``scorer_wgmma.pages_per_program``
+    of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or 2, the wgmma kernel's 64-token blocks in
     flight while one is decoded (default WGMMA_DEPTH); tokens_per_dot: 64 or 128, the prmt
     kernel's tokens per MMA block (default PRMT_TOKENS; wgmma: 64) and num_warps its warps
     (wgmma: 4, one warpgroup).
@@ -236,7 +242,7 @@ def score_pages(
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant == "wgmma":
-        ppp = pages_per_program or WGMMA_PAGES
+        ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
         _score_kernel_wgmma[(batch, triton.cdiv(width, ppp))](
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),

@@ -37,9 +37,21 @@ from .dequant_prmt import _ASM_GROUP
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
-# Pages per program and 64-token blocks loaded ahead (fast/PERF.md: measured).
-WGMMA_PAGES = 8
+# Most pages per program and 64-token blocks loaded ahead (fast/PERF.md: measured).
+WGMMA_PAGES = 4
 WGMMA_DEPTH = 2
+# Programs per SM below which pages_per_program shrinks (4-5 fit at once at Hs <= 4).
+_PROGRAMS_PER_SM = 4
+
+
+def pages_per_program(batch: int, width: int, sms: int) -> int:
+    """WGMMA_PAGES, halved while the grid would fill fewer than _PROGRAMS_PER_SM programs
+    per SM: a short row scored by a few programs pays each one's pages in series (8K
+    context, batch 1: 8 pages per program took 13.4 µs, 1 page 4.9 µs; fast/PERF.md)."""
+    ppp = WGMMA_PAGES
+    while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
+        ppp //= 2
+    return ppp
 
 
 def rows_for(hs: int) -> int:

@@ -180,3 +180,14 @@ def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, see
         both = (compact != POISON) & (pages < p) & (stock[..., pages.clamp_max(p - 1)] != POISON)
         assert bool(both.any()) or all(n == 0 for n in n_local.tolist())
         assert torch.equal(compact[both].view(torch.int32), stock[..., pages.clamp_max(p - 1)][both].view(torch.int32))
+
+
+def test_wgmma_pages_per_program_shrinks_for_small_grids():
+    """Long rows get WGMMA_PAGES pages per program; grids too small to give every SM 4
+    programs get fewer, down to 1."""
+    from fast.scorer_wgmma import WGMMA_PAGES, pages_per_program
+
+    assert pages_per_program(32, 8192, 132) == WGMMA_PAGES
+    assert pages_per_program(1, 64, 132) == 1  # 8K context, batch 1
+    assert pages_per_program(32, 64, 132) == 2  # 4 would give 512 programs < 4 * 132
+    assert pages_per_program(0, 0, 132) == 1
