@@ -205,7 +205,7 @@ class IndexerDecodeCP:
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error,
             self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=hr, R=self.layout.replicas,
-            CHUNK=s.chunk, NUM_GROUPS=s.num_groups, GROUP=s.group, SORT=self.device.type == "cuda", **common,
+            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda", **common,
         )  # fmt: skip
         clock.lap("push")
         merge_kernel[(rows,)](

@@ -137,7 +137,8 @@ def push_kernel(
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
     CHUNK: tl.constexpr,
-    NUM_GROUPS: tl.constexpr,
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
@@ -160,7 +161,7 @@ def push_kernel(
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, tl.load(n_local_ptr + b))
         slot = (_SLOTS - QLEN) + i
         row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, NUM_GROUPS, GROUP, SORT)
+        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
         k = tl.arange(0, _TOPK)
         off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
         for rep in tl.static_range(R):

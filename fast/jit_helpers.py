@@ -1,4 +1,4 @@
-"""Triton device helpers shared by the kernels: keys, the two-level top-16, peers, spins.
+"""Triton device helpers shared by the kernels: keys, the three-level top-16, peers, spins.
 
 Every helper runs unchanged on a GPU and under the interpreter; where the interpreter's
 arithmetic differs from the GPU's (fma), a constexpr switches to an exact emulation.
@@ -117,29 +117,45 @@ def top16(
     bias,
     EMULATE_FMA: tl.constexpr,
     CHUNK: tl.constexpr,
-    NUM_GROUPS: tl.constexpr,
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
     SORT: tl.constexpr,
 ):
     """The 16 largest keys of columns ``j < n`` of a row, descending (0 = no page).
 
-    Rows up to CHUNK columns take one select. Longer rows take two: the 16 groups of GROUP
-    columns with the largest maxima, then the top 16 of their members. Exact: a top-16 key
-    outside the kept groups would be beaten by 16 distinct group maxima.
+    Rows up to CHUNK columns take one select. Longer rows, SUPERS supergroups of PER_SUPER
+    groups of GROUP columns, take three small ones: the 16 supergroups with the largest
+    maxima, the 16 groups with the largest maxima among theirs, the top 16 of those groups'
+    members. Exact: a top-16 key outside the kept supergroups (groups) would be beaten by 16
+    distinct supergroup (group) maxima; keys are unique, so a maximum names its column.
+    (Two levels, 16 of 128 groups then 16 of their 1024 members, left one select over 1024
+    keys, the bulk of the select's time on a GPU.)
     """
     if n <= CHUNK:
         best = select16(row_keys(row_ptr, tl.arange(0, CHUNK), n, KIND, CP, RANK, scale, bias, EMULATE_FMA), SORT)
     else:
-        g = tl.arange(0, NUM_GROUPS)
-        s = tl.arange(0, GROUP)
-        keys = row_keys(row_ptr, g[:, None] * GROUP + s[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
-        top_g = select16(tl.max(keys, axis=1), SORT)
-        column = ((0xFFFF - (top_g & 0xFFFF)) - RANK) // CP
-        # Key 0 (an empty group) maps past the row, where every key is 0 again.
-        grp = tl.where(top_g > 0, column // GROUP, NUM_GROUPS)
-        cand = row_keys(row_ptr, grp[:, None] * GROUP + s[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
+        m = tl.arange(0, PER_SUPER)
+        g = tl.arange(0, GROUP)
+        sup = tl.arange(0, SUPERS)
+        cols = (sup[:, None, None] * PER_SUPER + m[None, :, None]) * GROUP + g[None, None, :]
+        keys = row_keys(row_ptr, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
+        top_s = select16(tl.max(tl.max(keys, axis=2), axis=1), SORT)
+        # Key 0 (an empty supergroup / group) maps past the row, where every key is 0 again.
+        sup = tl.where(top_s > 0, _column(top_s, CP, RANK) // (PER_SUPER * GROUP), SUPERS)
+        cols = (sup[:, None, None] * PER_SUPER + m[None, :, None]) * GROUP + g[None, None, :]
+        maxima = tl.max(row_keys(row_ptr, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA), axis=2)
+        top_g = select16(tl.reshape(maxima, [TOPK * PER_SUPER]), SORT)
+        grp = tl.where(top_g > 0, _column(top_g, CP, RANK) // GROUP, SUPERS * PER_SUPER)
+        cand = row_keys(row_ptr, grp[:, None] * GROUP + g[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
         best = select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
     return best
+
+
+@triton.jit
+def _column(keys, CP: tl.constexpr, RANK: tl.constexpr):
+    """Score column of each valid key (its page is column * CP + RANK)."""
+    return ((0xFFFF - (keys & 0xFFFF)) - RANK) // CP
 
 
 @triton.jit

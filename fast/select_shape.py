@@ -7,23 +7,29 @@ from dataclasses import dataclass
 import triton
 
 MAX_CHUNK = 1024  # rows up to this many columns take a single select
-NUM_GROUPS = 128  # longer rows: the top 16 of 128 group maxima, then of 16 groups
+MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima first
+MAX_GROUP = 8  # columns per group of the last level
 
 
 @dataclass(frozen=True)
 class SelectShape:
-    """CHUNK / NUM_GROUPS / GROUP constexprs of ``jit_helpers.top16`` (all powers of two)."""
+    """CHUNK / SUPERS / PER_SUPER / GROUP constexprs of ``jit_helpers.top16`` (all powers of
+    two): a row longer than CHUNK is SUPERS supergroups of PER_SUPER groups of GROUP columns."""
 
     chunk: int
-    num_groups: int
+    supers: int
+    per_super: int
     group: int
 
     @classmethod
     def for_width(cls, width: int, max_chunk: int = MAX_CHUNK) -> "SelectShape":
         padded = triton.next_power_of_2(max(width, 16))
         if padded <= max_chunk:
-            # Single level always; the two-level branch still needs valid shapes to compile.
-            return cls(chunk=padded, num_groups=16, group=1)
-        # At least 16 groups: the first level selects 16 of them (tl.topk needs k <= n).
-        groups = min(NUM_GROUPS, max(16, padded // 16))
-        return cls(chunk=max_chunk, num_groups=groups, group=padded // groups)
+            # Single level always; the three-level branch still needs valid shapes to compile.
+            return cls(chunk=padded, supers=16, per_super=1, group=1)
+        # Each level selects 16 of at least 16 (tl.topk needs k <= n): 8192 columns are 128
+        # supergroups of 8 groups of 8, and every select is over 128 keys.
+        supers = max(16, min(MAX_SUPERS, padded // (MAX_GROUP * MAX_GROUP)))
+        rest = padded // supers
+        group = min(MAX_GROUP, rest)
+        return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)

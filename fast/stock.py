@@ -48,7 +48,8 @@ def _stock_topk_kernel(
     HS: tl.constexpr,
     QLEN: tl.constexpr,
     CHUNK: tl.constexpr,
-    NUM_GROUPS: tl.constexpr,
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
     EMULATE_FMA: tl.constexpr,
     SORT: tl.constexpr,
@@ -82,7 +83,7 @@ def _stock_topk_kernel(
         span = hi - lo
         scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
         bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
-        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, NUM_GROUPS, GROUP, SORT)
+        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
         tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
 
 
@@ -150,7 +151,8 @@ class StockDecode:
             HS=self.heads,
             QLEN=query_len,
             CHUNK=shape.chunk,
-            NUM_GROUPS=shape.num_groups,
+            SUPERS=shape.supers,
+            PER_SUPER=shape.per_super,
             GROUP=shape.group,
             EMULATE_FMA=self.device.type != "cuda",
             SORT=self.device.type == "cuda",

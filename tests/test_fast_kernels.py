@@ -11,7 +11,7 @@ import reference
 from fast.backend import default_device
 from fast.cp import IndexerDecodeCP
 from fast.cp_kernels import compact_table_kernel
-from fast.jit_helpers import fmaf
+from fast.jit_helpers import KEY_EXACT, fmaf, top16
 from fast.scorer import score_pages
 from fast.select_shape import SelectShape
 from fast.stock import StockDecode
@@ -21,7 +21,7 @@ from reference.cases import EXACT_PATTERNS, make_case
 from reference.cp import plan_rank
 from reference.decode import query_tile
 from reference.scores import fp32_order_bound
-from reference.selection import own_pages, select
+from reference.selection import exact_keys, own_pages, select, top_keys
 
 DEV = default_device()
 POISON = 1e30
@@ -114,7 +114,7 @@ def _stock_case(cfg: DecodeConfig, max_chunk: int):
 @given(decode_configs(max_pages=60), st.sampled_from([1024, 16]))
 def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk):
     """Selection exactly: the kernel's own scores through the reference's stock selection.
-    max_chunk 16 forces the two-level select on rows longer than 16 pages."""
+    max_chunk 16 forces the three-level select on rows longer than 16 pages."""
     case, sd, out = _stock_case(cfg, max_chunk)
     batch, q, heads = len(cfg.seq_lens), case.query_len, case.index_q.shape[1]
     width = min(case.block_table.shape[1], 8192)
@@ -191,3 +191,41 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
     assert pages_per_program(1, 64, 132) == 1  # 8K context, batch 1
     assert pages_per_program(32, 64, 132) == 2  # 4 would give 512 programs < 4 * 132
     assert pages_per_program(0, 0, 132) == 1
+
+
+@pytest.mark.parametrize("max_chunk", [16, 1024])
+def test_select_shape_covers_the_row_and_every_level_selects_16_of_at_least_16(max_chunk):
+    for width in [1, 15, 16, 17, 100, 1024, 1025, 2048, 4097, 8192]:
+        s = SelectShape.for_width(width, max_chunk)
+        padded = triton.next_power_of_2(max(width, 16))
+        if padded <= max_chunk:
+            assert s.chunk == padded
+        else:
+            assert s.supers * s.per_super * s.group == padded
+            assert min(s.supers, 16 * s.per_super, 16 * s.group) >= 16
+            assert s.supers <= 128 and 16 * s.per_super <= 128 and 16 * s.group <= 128
+
+
+@triton.jit
+def _top16_kernel(score_ptr, n_ptr, out_ptr, stride, CHUNK: tl.constexpr, SUPERS: tl.constexpr, PER_SUPER: tl.constexpr, GROUP: tl.constexpr, SORT: tl.constexpr):
+    r = tl.program_id(0)
+    best = top16(score_ptr + r * stride, tl.load(n_ptr + r), KEY_EXACT, 1, 0, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+    tl.store(out_ptr + r * 16 + tl.arange(0, 16), best)
+
+
+@settings(max_examples=10, deadline=None)
+@given(width=st.sampled_from([300, 2048, 8192]), seed=st.integers(0, 2**31 - 1), ties=st.booleans())
+def test_three_level_top16_is_the_exact_top16(width, seed, ties):
+    """Long rows (every level with more than one group per supergroup): the select's 16 keys
+    are the 16 largest exact keys, ties between equal scores broken by page like everywhere."""
+    gen = torch.Generator().manual_seed(seed)
+    scores = torch.randn(3, width, generator=gen)
+    if ties:
+        scores = scores.round()  # many equal scores: the page decides
+    n = torch.tensor([width, width - 17, 20], dtype=torch.int32)
+    s = SelectShape.for_width(width)
+    got = on(torch.zeros(3, 16, dtype=torch.int64))
+    _top16_kernel[(3,)](on(scores), on(n), got, width, CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=DEV.type == "cuda")
+    pages = torch.arange(width).expand(3, -1)
+    want = top_keys(exact_keys(scores, pages, pages < n[:, None].long()), 16)
+    assert torch.equal(got.cpu(), want)
