@@ -3,7 +3,7 @@ per element and no table in memory.
 
 For a group of 16 codes sharing scale s, every result is one of 8 magnitudes
 ``T[m] = e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. One asm
-block per group (``_ASM_GROUP``) first builds those 8 bytes in two registers
+block per group (``GROUP_ASM``) first builds those 8 bytes in two registers
 (``_TABLE_BODY``): s to fp16 (``cvt``, exact), 4 fp16x2 products (exact: at most 6
 significant bits, within fp16's normal range) and 4 hardware round-to-nearest-even,
 saturating conversions to E4M3 — the contract's one rounding. Then, per 32-bit half of the
@@ -95,7 +95,8 @@ def _group_asm() -> str:
     )
 
 
-_ASM_GROUP = tl.constexpr(_group_asm())
+# Shared with scorer_wgmma.py, which applies it to its own layout of the same operands.
+GROUP_ASM = tl.constexpr(_group_asm())
 
 
 @triton.jit
@@ -116,7 +117,7 @@ def dequant_prmt(codes, scales):
     """fp16 ``[TOK tokens, 128]`` from ``load_page_prmt``'s operands: one asm block per
     group (table + 16 codes), then interleaves put element 16g + k = o[k][g]."""
     o = tl.inline_asm_elementwise(
-        _ASM_GROUP,
+        GROUP_ASM,
         "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r",
         [codes, scales],
         dtype=(

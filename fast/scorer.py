@@ -234,12 +234,14 @@ def score_pages(
         q_sel = _first_set(str(device))
     rows = max(16, triton.next_power_of_2(SLOTS * hs))
     dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
-    if dequant not in ("wgmma", "prmt", "table") or (dequant != "table" and device.type != "cuda"):
-        raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
+    if dequant not in ("wgmma", "prmt", "table"):
+        raise ValueError(f"dequant: {dequant!r} (wgmma, prmt or table)")
     if tokens_per_dot not in (None, 64, 128) or (tokens_per_dot and dequant != "prmt"):
         raise ValueError(f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)")
     if blocks_ahead not in (None, 1, 2) or (blocks_ahead and dequant != "wgmma"):
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
+    if dequant != "table" and device.type != "cuda":
+        raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant == "wgmma":
         ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))

@@ -32,7 +32,7 @@ from triton.language.extra.cuda import gdc_wait
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 
-from .dequant_prmt import _ASM_GROUP
+from .dequant_prmt import GROUP_ASM
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -115,7 +115,7 @@ def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time)."""
     o = gl.inline_asm_elementwise(
-        _ASM_GROUP, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
+        GROUP_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
         dtype=(gl.float16,) * 16, is_pure=True, pack=1,
     )  # fmt: skip
     a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])

@@ -138,3 +138,23 @@ def test_bad_stock_forward_inputs(q, k, out, query_len, exc, name):
     with pytest.raises(exc, match=name):
         state.forward(q, k, out, query_len)
     assert bool((out == -7).all())
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        pytest.param(dict(dequant="fp8"), "dequant", id="dequant-unknown"),
+        pytest.param(dict(tokens_per_dot=32, dequant="prmt"), "tokens_per_dot", id="tokens-32"),
+        pytest.param(dict(blocks_ahead=3, dequant="wgmma"), "blocks_ahead", id="ahead-3"),
+        pytest.param(dict(blocks_ahead=2, dequant="table"), "blocks_ahead", id="ahead-on-table"),
+    ],
+)
+def test_bad_scorer_options_name_the_argument(kwargs, name):
+    from fast.scorer import score_pages
+    from reference.decode import query_tile
+
+    tile = on(query_tile(CASE.index_q, 2, 2))
+    out = on(torch.full((2, 8 * 4, CASE.block_table.shape[1]), 7.0))
+    with pytest.raises(ValueError, match=name):
+        score_pages(tile, on(CASE.k_cache), on(CASE.block_table), on(CASE.seq_lens), out, **kwargs)
+    assert bool((out == 7.0).all())  # nothing launched
