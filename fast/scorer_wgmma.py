@@ -145,6 +145,8 @@ def _score_kernel_wgmma(
     first = gl.program_id(1) * PPP
     if PDL:
         gdc_wait()
+    # n and own below are scorer._pages_scored / _query_rows' formulas (a Gluon kernel
+    # cannot call triton.jit helpers); tests hold both kernels to the same stored columns.
     length = gl.load(lens_ptr + b)
     n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
     if first < n:
