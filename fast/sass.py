@@ -16,7 +16,6 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
@@ -38,15 +37,15 @@ def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
+    common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
     if kernel == "wgmma":
-        constexprs = {"HS": hs, "ROWS": rows_for(hs), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PDL": False}
+        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
         signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs)
         num_warps = 4  # one warpgroup
     else:
-        rows = max(16, triton.next_power_of_2(8 * hs))
-        constexprs = {"HS": hs, "ROWS": rows, "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
-        src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs | {"PDL": False})
+        constexprs = common | {"PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
+        src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES, SLOTS
+from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
@@ -219,10 +219,10 @@ def score_pages(
     CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
     default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
     pages_per_program: pages per program (defaults: wgmma ``scorer_wgmma.pages_per_program``
-    of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or 2, the wgmma kernel's 64-token blocks in
-    flight while one is decoded (default WGMMA_DEPTH); tokens_per_dot: 64 or 128, the prmt
-    kernel's tokens per MMA block (default PRMT_TOKENS; wgmma: 64) and num_warps its warps
-    (wgmma: 4, one warpgroup).
+    of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or
+    2, the wgmma kernel's 64-token blocks in flight while one is decoded (default
+    WGMMA_DEPTH); tokens_per_dot: 64 or 128, the prmt kernel's tokens per MMA block (default
+    PRMT_TOKENS; wgmma: 64) and num_warps its warps (wgmma: 4, one warpgroup).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -232,7 +232,6 @@ def score_pages(
     device = q_tile.device
     if q_sel is None:
         q_sel = _first_set(str(device))
-    rows = max(16, triton.next_power_of_2(SLOTS * hs))
     dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
     if dequant not in ("wgmma", "prmt", "table"):
         raise ValueError(f"dequant: {dequant!r} (wgmma, prmt or table)")
@@ -242,22 +241,23 @@ def score_pages(
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     if dequant != "table" and device.type != "cuda":
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
+    rows = rows_for(hs)
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
-    if dequant == "wgmma":
-        ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
-        _score_kernel_wgmma[(batch, triton.cdiv(width, ppp))](
+    if dequant != "table":
+        # the two GPU kernels take the same operands; pages also as int64 (16-byte code loads)
+        operands = (
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-            HS=hs, ROWS=rows_for(hs), PPP=ppp, DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4, **pdl_options(pdl),
         )  # fmt: skip
-        return out
-    if dequant == "prmt":
-        ppp = pages_per_program or PRMT_PAGES
-        _score_kernel_prmt[(batch, triton.cdiv(width, ppp))](
-            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
-            block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-            HS=hs, ROWS=rows, PPP=ppp, TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps, **pdl_options(pdl),
-        )  # fmt: skip
+        if dequant == "wgmma":
+            ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
+            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
+            kernel = _score_kernel_wgmma
+        else:
+            ppp = pages_per_program or PRMT_PAGES
+            tuning = dict(TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps)
+            kernel = _score_kernel_prmt
+        kernel[(batch, triton.cdiv(width, ppp))](*operands, HS=hs, ROWS=rows, PPP=ppp, **tuning, **pdl_options(pdl))
         return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
     # per op there. On a GPU one page per program keeps the tile in registers.

@@ -55,8 +55,9 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
 
 
 def rows_for(hs: int) -> int:
-    """The MMA's N: the tile's 8 * hs query rows rounded up to a power of two, at least 16
-    (N = 8 compiles but its q tile of 16-byte rows faulted on the H200: illegal address)."""
+    """The MMA's N, for every scorer kernel: the tile's 8 * hs query rows rounded up to a
+    power of two, at least 16 (tl.dot's minimum; in the wgmma kernel, N = 8 compiles but its
+    q tile of 16-byte rows faulted on the H200: illegal address)."""
     return max(16, triton.next_power_of_2(8 * hs))
 
 
