@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
-# at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case
-# arms below; test-units + test-ranks = the two steps of make test). Never multicast (DESIGN.md §7).
+# at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case arms below;
+# test-units + test-ranks are make test's two steps). Never multicast (DESIGN.md §7).
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpu-session}

@@ -51,8 +51,11 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
     outs = []
     for dequant in (kernel, "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
-        ppp_kw = {"pages_per_program": ppp} if dequant != "table" else {}
-        ppp_kw |= {"blocks_ahead": ahead} if dequant == "wgmma" else {"tokens_per_dot": tok} if dequant == "prmt" else {}
-        score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **ppp_kw)
+        shape = {
+            "wgmma": {"pages_per_program": ppp, "blocks_ahead": ahead},
+            "prmt": {"pages_per_program": ppp, "tokens_per_dot": tok},
+            "table": {},
+        }[dequant]
+        score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **shape)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
