@@ -191,3 +191,32 @@ def _place_cluster(gen, row: torch.Tensor, history: int, hot: int) -> torch.Tens
     row = row.clone()
     row[positions] = torch.randint(0, hot, (count,), generator=gen).to(row.dtype)
     return row
+
+
+def every_element_case() -> Case:
+    """A case whose page scores are single dequantized elements: every (scale byte, code).
+
+    32 pages; token 0 of page p holds, in group g, scale byte 8p + g (the NaN bytes 0x7F /
+    0xFF replaced by 0x00, which the reference rejects) and the 16 codes rotated by p + g
+    (every code at every position); every other token is zero. 4 requests of 8 query slots
+    x 8 heads score all 32 pages: row r = slot * 8 + head of request b is +-1 on dimension
+    32 b + r // 2 (+ for even r), so its score of page p is max(+-k[0, d], 0) — one exact
+    product, the same in every summation order — and the + and - rows give k itself.
+    """
+    pages = 32
+    scales = torch.full((pages, PAGE, 8), 0x38, dtype=torch.uint8)  # 1.0 on the zero tokens
+    first = torch.arange(pages * 8).view(pages, 8)
+    scales[:, 0] = torch.where((first & 0x7F) == 0x7F, 0, first).to(torch.uint8)
+    codes = torch.zeros(pages, PAGE, HEAD_DIM, dtype=torch.uint8)
+    rot = first[:, :, None] + torch.arange(16)  # [page, group, element]
+    codes[:, 0] = (rot % 16).reshape(pages, HEAD_DIM).to(torch.uint8)
+    packed = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    batch, slots, heads = 4, 8, 8
+    q = torch.zeros(batch, slots * heads, HEAD_DIM)
+    r = torch.arange(slots * heads)
+    for b in range(batch):
+        q[b, r, 32 * b + r // 2] = 1.0 - 2.0 * (r % 2)
+    index_q = q.view(batch * slots, heads, HEAD_DIM).to(_E4M3)
+    table = torch.arange(pages, dtype=torch.int32).repeat(batch, 1)
+    lens = torch.full((batch,), (pages + 1) * PAGE + slots, dtype=torch.int32)  # every slot owns all 32
+    return Case(index_q, join_pages(packed, scales), table, lens, slots, "every_element")

@@ -17,9 +17,10 @@ from fast.select_shape import SelectShape
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import DecodeConfig, decode_configs
-from reference.cases import EXACT_PATTERNS, make_case
+from reference.cases import EXACT_PATTERNS, every_element_case, make_case
 from reference.cp import plan_rank
 from reference.decode import query_tile
+from reference.nvfp4 import dequantize_nvfp4
 from reference.scores import fp32_order_bound
 from reference.selection import exact_keys, own_pages, select, top_keys
 
@@ -229,3 +230,18 @@ def test_three_level_top16_is_the_exact_top16(width, seed, ties):
     pages = torch.arange(width).expand(3, -1)
     want = top_keys(exact_keys(scores, pages, pages < n[:, None].long()), 16)
     assert torch.equal(got.cpu(), want)
+
+
+def test_every_scale_and_code_scores_exactly():
+    """Each score of this case is one dequantized element: the device's scorer (the wgmma
+    kernel on GPUs, fp16 subnormals and saturation included) equals the reference bit for
+    bit, and the + and - rows give back the reference's dequantization table."""
+    case = every_element_case()
+    tile = query_tile(case.index_q, 4, 8)
+    want = torch.full((4, 64, 32), POISON)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    got = on(torch.full_like(want, POISON))
+    score_pages(on(tile), on(case.k_cache), on(case.block_table), on(case.seq_lens), got)
+    assert torch.equal(got.cpu(), want)
+    k = (want[:, 0::2] - want[:, 1::2]).permute(2, 0, 1).reshape(32, 128)  # [page, dim] of token 0
+    assert torch.equal(k, dequantize_nvfp4(case.k_cache)[:, 0])

@@ -1,12 +1,13 @@
-"""GPU tier: the scorer's inline-PTX dequantization (fast/dequant_prmt.py) against the
-reference on every (scale byte, code) pair, and the GPU scorers (wgmma, prmt) against the
-table scorer."""
+"""GPU tier: the scorers' inline-PTX dequantizations (fast/dequant_prmt.py, dequant_f16.py)
+against the reference on every (scale byte, code) pair, and the GPU scorers (wgmma,
+wgmma-cvt, prmt) against the table scorer."""
 
 import pytest
 import torch
 
 from fast.scorer import dequant_pages_prmt, score_pages
-from reference.cases import make_case
+import reference
+from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
 
@@ -33,7 +34,20 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
     assert torch.equal(got[~nan], want[~nan])
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-cvt", "prmt"])
+def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
+    """test_fast_kernels' every-element case through each GPU kernel (the default one is
+    also checked there): every score one dequantized element, bit for bit the reference's."""
+    case = every_element_case()
+    tile = query_tile(case.index_q, 4, 8)
+    want = torch.full((4, 64, 32), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    got = torch.full_like(want, 1e30).cuda()
+    score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=kernel)
+    assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-cvt", "prmt"])
 @pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
 # instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
@@ -53,6 +67,7 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
         shape = {
             "wgmma": {"pages_per_program": ppp, "blocks_ahead": ahead},
+            "wgmma-cvt": {"pages_per_program": ppp, "blocks_ahead": ahead},
             "prmt": {"pages_per_program": ppp, "tokens_per_dot": tok},
             "table": {},
         }[dequant]
