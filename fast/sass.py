@@ -33,19 +33,26 @@ def _tool(name: str) -> str:
     return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
 
 
+def _aligned(signature: dict) -> dict:
+    """Every pointer 16-byte aligned, as the launcher specializes them at run time (our
+    tensors are): without it the compile would not vectorize what the GPU's does."""
+    return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
+
+
 def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
-    """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "wgmma-cvt" or "prmt", as
+    ``score_pages``' dequant) compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
     common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
-    if kernel == "wgmma":
-        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
-        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
-        src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs)
+    if kernel.startswith("wgmma"):
+        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma"}
+        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr"}
+        src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
     else:
         constexprs = common | {"PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
-        src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs)
+        src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
@@ -63,7 +70,7 @@ def instruction_mix(sass: str) -> collections.Counter:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
-    parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
+    parser.add_argument("--kernel", choices=("wgmma", "wgmma-cvt", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
     parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
