@@ -202,16 +202,34 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
-    # (tile staged through shared memory) at its default, and the wgmma kernel's pages per
-    # program and blocks loaded ahead.
-    variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt")] + [
-        dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2), (16, 2))
+    # (tile staged through shared memory) at its default, the wgmma kernel with the
+    # conversion-bound decode, and the wgmma kernel's pages per program and blocks ahead.
+    variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt"), dict(dequant="wgmma-cvt")] + [
+        dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2), (16, 2))
     ]
     for hs in (1, 4):
         for variant in variants:
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)
             gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
             rows.append({"context": 131072, "batch": 8, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+    return rows
+
+
+def select_section(device, gen) -> list[dict]:
+    """Stock top-16 alone over rows of 2048 and 8192 random scores (hot in L2: this is the
+    select's own time), per batch, heads per rank and warps per program."""
+    from .stock import StockDecode
+
+    rows = []
+    grid = [(p, b, h, w) for p in (2048, 8192) for b in (1, 8, 32) for h in (1, 2) for w in (4, 8, 16)]
+    for pages, batch, heads, warps in progress(grid, "top-16"):
+        decode = StockDecode(heads=heads, max_reqs=batch, device=device)
+        table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
+        decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
+        decode._scores[batch].copy_(torch.randn(decode._scores[batch].shape, generator=gen))
+        out = torch.empty(batch, heads, 16, dtype=torch.int32, device=device)
+        us = graph_time_us(lambda _: decode.select(out, 1, num_warps=warps), 8)
+        rows.append({"pages": pages, "batch": batch, "heads": heads, "warps": warps, "us": us})
     return rows
 
 
@@ -231,8 +249,8 @@ def check_against_reference(pool_ranks) -> dict:
 
 
 def check_scorer() -> bool:
-    """Both GPU scorers (wgmma, prmt) vs the reference on random inputs, within the
-    fp32-order bound."""
+    """The GPU scorers (wgmma, wgmma-cvt, prmt) vs the reference on random inputs, within
+    the fp32-order bound."""
     import reference
     from reference.cases import make_case
     from reference.decode import query_tile
@@ -247,7 +265,7 @@ def check_scorer() -> bool:
     bound = fp32_order_bound(tile, case.k_cache, case.block_table)
     written = want != 1e30
     ok = True
-    for dequant in ("wgmma", "prmt"):
+    for dequant in ("wgmma", "wgmma-cvt", "prmt"):
         got = torch.full_like(want, 1e30).cuda()
         score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=dequant)
         got = got.cpu()
@@ -286,6 +304,13 @@ def print_report(report: dict, file=sys.stdout) -> None:
         print("\nplain PyTorch stock path (one head), µs", file=file)
         for r in report["torch_stock"]:
             print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
+    if report.get("select"):
+        print("\nstock top-16 alone (scores hot in L2), µs per call: pages batch heads | 4 / 8 / 16 warps", file=file)
+        cells: dict = {}
+        for r in report["select"]:
+            cells.setdefault((r["pages"], r["batch"], r["heads"]), []).append(f"{r['us']:.1f}")
+        for (pages, batch, heads), us in cells.items():
+            print(f"  {pages:>5} {batch:>3} {heads:>2} | {' / '.join(us)}", file=file)
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
@@ -361,6 +386,7 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
         for b in batches
         if b * c // PAGE <= 8 * 8192
     ]
+    report["select"] = select_section(device, gen)
     del pool
     torch.cuda.empty_cache()
     world = world or p2p_gpus()
