@@ -202,11 +202,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
-    # (tile staged through shared memory) at its default, the wgmma kernel with the
-    # conversion-bound decode, and the wgmma kernel's pages per program and blocks ahead.
-    variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt"), dict(dequant="wgmma-cvt")] + [
-        dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2), (16, 2))
-    ]
+    # (tile staged through shared memory) at its default, the wgmma kernel with the fp16
+    # decode, and the wgmma kernel's pages per program, blocks ahead and overlapped MMA.
+    variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt"), dict(dequant="wgmma-f16")] + [
+        dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
+    ] + [dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a, overlap=True) for v, a in ((1, 1), (1, 2), (2, 1), (2, 2), (4, 2))]
     for hs in (1, 4):
         for variant in variants:
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)
@@ -249,7 +249,7 @@ def check_against_reference(pool_ranks) -> dict:
 
 
 def check_scorer() -> bool:
-    """The GPU scorers (wgmma, wgmma-cvt, prmt) vs the reference on random inputs, within
+    """The GPU scorers (wgmma, wgmma-f16, prmt) vs the reference on random inputs, within
     the fp32-order bound."""
     import reference
     from reference.cases import make_case
@@ -265,7 +265,7 @@ def check_scorer() -> bool:
     bound = fp32_order_bound(tile, case.k_cache, case.block_table)
     written = want != 1e30
     ok = True
-    for dequant in ("wgmma", "wgmma-cvt", "prmt"):
+    for dequant in ("wgmma", "wgmma-f16", "prmt"):
         got = torch.full_like(want, 1e30).cuda()
         score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=dequant)
         got = got.cpu()
@@ -406,9 +406,10 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
     return 0 if all(report["checks"].values()) else 1
 
 
-def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3) -> None:
+def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3, **variant) -> None:
     """A few plain scorer launches on cold random pages, for a profiler to attach to
-    (``ncu --kernel-name regex:_score_kernel_wgmma python -c 'from fast.bench import scorer_once; scorer_once()'``)."""
+    (``ncu --kernel-name regex:_score_kernel_wgmma python -c 'from fast.bench import scorer_once; scorer_once()'``);
+    variant: score_pages keywords."""
     from .scorer import score_pages
 
     gen = torch.Generator().manual_seed(0)
@@ -418,5 +419,5 @@ def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3) 
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=pool.device)
     out = torch.empty(batch, SLOTS * hs, pages, device=pool.device)
     for table in tables:
-        score_pages(tile, pool.cache, table, lens, out)
+        score_pages(tile, pool.cache, table, lens, out, **variant)
     torch.cuda.synchronize()

@@ -39,15 +39,15 @@ def _aligned(signature: dict) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
 
 
-def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
-    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "wgmma-cvt" or "prmt", as
+def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None, overlap: bool = False) -> tuple[str, str]:
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "wgmma-f16" or "prmt", as
     ``score_pages``' dequant) compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
     common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
     if kernel.startswith("wgmma"):
-        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma"}
-        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr"}
+        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma-f16", "ASYNC": overlap}
+        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr", "ASYNC": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
     else:
@@ -70,15 +70,16 @@ def instruction_mix(sass: str) -> collections.Counter:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
-    parser.add_argument("--kernel", choices=("wgmma", "wgmma-cvt", "prmt"), default="wgmma")
+    parser.add_argument("--kernel", choices=("wgmma", "wgmma-f16", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
     parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
+    parser.add_argument("--overlap", action="store_true", help="wgmma only: async wgmma overlapping the next block's decode")
     parser.add_argument("--dump", help="write the SASS here")
     args = parser.parse_args(argv)
-    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.overlap)
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")
