@@ -52,28 +52,30 @@ mov.b32 tlo, {ha, hb};
 mov.b32 thi, {hc, hd};
 """
 
-# One 32-bit word of 8 codes. prmt reads the low 16 bits of its selector. lop3 0x28 is
-# (a ^ b) & c: a code's sign bit, flipped by a negative scale (sfl = 0xFFFFFFFF).
+# One 32-bit word of 8 codes. prmt reads the low 16 bits of its selector. Right shifts are
+# mul.hi and the final left shift a mul.lo (IMADs: the FMA pipe, not the busy ALU one). lop3
+# 0x28 is (a ^ b) & c: a code's sign bit as byte 0x01 / 0x00, flipped by a negative scale
+# (sfl = 0xFFFFFFFF). Each output word is [sign(hi), T(hi), sign(lo), T(lo)] << 7.
 _HALF = """
 and.b32 m, WORD, 0x77777777;
 prmt.b32 p0, tlo, thi, m;
-shr.u32 m, m, 16;
+mul.hi.u32 m, m, 0x10000;
 prmt.b32 p1, tlo, thi, m;
-shr.u32 t, WORD, 3;
+mul.hi.u32 t, WORD, 0x20000000;
 lop3.b32 se, t, sfl, 0x01010101, 0x28;
-shr.u32 t, WORD, 7;
+mul.hi.u32 t, WORD, 0x02000000;
 lop3.b32 so, t, sfl, 0x01010101, 0x28;
-prmt.b32 v0, p0, se, 0x2405;
-shf.r.wrap.b32 r0, v0, v0, 1;
+prmt.b32 v0, p0, se, 0x5240;
+mul.lo.u32 r0, v0, 128;
 mov.b32 {$O0, $O1}, r0;
-prmt.b32 v1, p0, so, 0x3415;
-shf.r.wrap.b32 r1, v1, v1, 1;
+prmt.b32 v1, p0, so, 0x5341;
+mul.lo.u32 r1, v1, 128;
 mov.b32 {$O2, $O3}, r1;
-prmt.b32 v2, p1, se, 0x2607;
-shf.r.wrap.b32 r2, v2, v2, 1;
+prmt.b32 v2, p1, se, 0x7260;
+mul.lo.u32 r2, v2, 128;
 mov.b32 {$O4, $O5}, r2;
-prmt.b32 v3, p1, so, 0x3617;
-shf.r.wrap.b32 r3, v3, v3, 1;
+prmt.b32 v3, p1, so, 0x7361;
+mul.lo.u32 r3, v3, 128;
 mov.b32 {$O6, $O7}, r3;
 """
 
