@@ -215,11 +215,14 @@ def graph_replay_on_rank(ctx, *, steps: int, check_every: int, pdl: bool, seed: 
 def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: int, layers: int, reps: int) -> dict:
     """Per-layer µs on this rank's GPU for ``batch`` requests of ``pages`` full pages each:
     stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
-    over 1 / world of the pages), each as ``layers`` layers (distinct caches, one table)
-    captured in one CUDA graph, replayed after a 256 MB L2 flush and a barrier; plus each
-    path's scorer alone and the stock top-16 alone, timed the same way (median of ``reps``),
-    and the CP stages of eager forwards (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``).
-    Every rank draws the same inputs."""
+    over 1 / world of the pages). Each path runs as two CUDA graphs of ``layers`` and
+    ``2 * layers`` layers (distinct caches, one table), each replayed after a 256 MB L2 flush
+    and a barrier; the per layer time is their difference over ``layers`` (``{path}_us``):
+    the first layer's wait for the slowest rank's launch (host skew between the processes,
+    paid once per step, not per layer) cancels out; ``{path}_first_us`` is the short graph's
+    time per layer, skew included. Plus each path's scorer alone and the stock top-16
+    alone, timed the same way (median of ``reps``), and the CP stages of eager forwards
+    (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``). Every rank draws the same inputs."""
     import torch.distributed as dist
 
     from .bench import FLUSH_BYTES, CachePool, random_tile
@@ -228,19 +231,20 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     dev = ctx.device
     need = batch * pages
     pool = ctx.state.get("pool")
-    if pool is None or pool.pages < layers * need:
+    if pool is None or pool.pages < 2 * layers * need:
         ctx.state.pop("pool", None)
         torch.cuda.empty_cache()
-        pool = ctx.state["pool"] = CachePool(layers * need, dev)
+        pool = ctx.state["pool"] = CachePool(2 * layers * need, dev)
         ctx.state["flush"] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
     flush, token = ctx.state["flush"], torch.zeros(1, device=dev)
-    caches = [pool.cache[i * need : (i + 1) * need] for i in range(layers)]
+    caches = [pool.cache[i * need : (i + 1) * need] for i in range(2 * layers)]
     gen = torch.Generator().manual_seed(pages * 131 + batch * 7 + query_len)
     table = torch.randperm(need, generator=gen).view(batch, pages).to(torch.int32).to(dev)
     lens = torch.full((batch,), pages * 128, dtype=torch.int32, device=dev)
     q_all = (torch.randn(batch * query_len, heads, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn)
 
-    def timed(run) -> float:
+    def timed(run, per: int = layers) -> float:
+        """Median µs of run() over ``per`` (layers)."""
         run()  # compiles, captures
         times = []
         for _ in range(reps):
@@ -252,7 +256,7 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
             run()
             b.record()
             b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3 / layers)
+            times.append(a.elapsed_time(b) * 1e3 / per)
         return sorted(times)[len(times) // 2]
 
     def graphed(fn, *args):
@@ -272,19 +276,23 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         else:  # tensor parallel: H / world heads per rank (replicated when world > H)
             hr = max(1, heads // ctx.world)
             decode, mine = StockDecode(heads=hr, max_reqs=batch, device=dev, pdl=True), [(ctx.rank * hr + k) % heads for k in range(hr)]
-        g = GraphedDecode(decode, heads=hr, query_len=query_len, table_width=pages, k_caches=caches, layers=layers, sizes=(batch,))
-        s = g.prepare(table, lens, q_all[:, mine].to(dev))
-        result[f"{path}_us"] = timed(lambda: g.replay(s))
+        runs = {}
+        for n in (layers, 2 * layers):
+            g = GraphedDecode(decode, heads=hr, query_len=query_len, table_width=pages, k_caches=caches[:n], layers=n, sizes=(batch,))
+            s = g.prepare(table, lens, q_all[:, mine].to(dev))
+            runs[n] = timed(lambda: g.replay(s), per=1)
+        result[f"{path}_first_us"] = runs[layers] / layers
+        result[f"{path}_us"] = (runs[2 * layers] - runs[layers]) / layers
         if path == "cp":
             stages: dict = {}
             for _ in range(3):  # eager, every rank alike: the stage split of the layer time
                 decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
             result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = random_tile(batch, heads, gen, dev)
-            result["cp_score_us"] = timed(graphed(_score_layers, tile, caches, s.plan.block_table, s.plan.score_lens, s.plan.scores))
+            result["cp_score_us"] = timed(graphed(_score_layers, tile, caches[:layers], s.plan.block_table, s.plan.score_lens, s.plan.scores))
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]
-            result["stock_score_us"] = timed(graphed(_score_layers, tile, caches, table, lens, scores))
+            result["stock_score_us"] = timed(graphed(_score_layers, tile, caches[:layers], table, lens, scores))
             result["stock_top16_us"] = timed(graphed(_select_layers, decode, s.out[0], query_len, layers))
     return result
 

@@ -25,3 +25,29 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         assert stores < 16, f"{stores} shared-memory stores: the fp16 tile goes through shared memory again"
     else:
         assert stores > 16  # tl.dot stages the tile: the difference the test above relies on
+
+
+def test_bench_report_prints_every_section():
+    """The report renders a (made-up) result of every section without a GPU: a format error
+    here would otherwise surface only at the end of a lent machine's benchmark run."""
+    import io
+
+    from fast.bench import print_report
+
+    layer = {"context": 8192, "batch": 1, "query_len": 1, "stock_us": 9.0, "cp_us": 12.0, "stock_first_us": 9.5, "cp_first_us": 16.0,
+             "cp_score_us": 5.0, "stock_score_us": 6.0, "stock_top16_us": 3.0, "cp_exchange_us": 1.0, "cp_score_stage_us": 5.0}  # fmt: skip
+    report = {
+        "machine": {"gpu": "GPU", "gpus": 2, "sms": 132, "memory_gib": 140, "torch": "t", "triton": "3.6", "commit": "c", "date": "d"},
+        "ceilings": {"copy_read_plus_write_GBps": 2700.0, "stream_read_GBps": 4500.0},
+        "checks": {"scorer": True, "cp": True, "stock": True},
+        "scorer": [{"context": 8192, "batch": 1, "hs": 1, "us": 3.0, "GBps": 200.0, "of_read_ceiling": 0.04},
+                   {"context": 131072, "batch": 8, "hs": 4, "us": 40.0, "GBps": 1800.0, "of_read_ceiling": 0.4, "variant": {"dequant": "prmt"}}],  # fmt: skip
+        "torch_stock": [{"context": 8192, "batch": 1, "query_len": 1, "us": 70.0}],
+        "select": [{"pages": 8192, "batch": 1, "heads": 2, "warps": w, "us": 13.0} for w in (4, 8, 16)],
+        "world": 2,
+        "layers": [layer],
+    }
+    out = io.StringIO()
+    print_report(report, out)
+    text = out.getvalue()
+    assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "13.0 / 13.0 / 13.0" in text
