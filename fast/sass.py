@@ -39,15 +39,15 @@ def _aligned(signature: dict) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
 
 
-def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None, overlap: bool = False) -> tuple[str, str]:
+def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "wgmma-f16" or "prmt", as
     ``score_pages``' dequant) compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
     common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
     if kernel.startswith("wgmma"):
-        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma-f16", "ASYNC": overlap}
-        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr", "ASYNC": "constexpr"}
+        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma-f16"}
+        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
     else:
@@ -76,10 +76,9 @@ def main(argv=None) -> int:
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
-    parser.add_argument("--overlap", action="store_true", help="wgmma only: async wgmma overlapping the next block's decode")
     parser.add_argument("--dump", help="write the SASS here")
     args = parser.parse_args(argv)
-    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.overlap)
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")

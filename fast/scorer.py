@@ -27,7 +27,7 @@ from reference.scores import check_score_shapes
 from .backend import pdl_options
 from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
-from .scorer_wgmma import MAX_OVERLAP_PAGES, WGMMA_DEPTH, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, rows_for
 from .scorer_wgmma import pages_per_program as wgmma_pages
 
 _PAGE = tl.constexpr(PAGE)
@@ -208,7 +208,6 @@ def score_pages(
     num_warps: int = 4,
     tokens_per_dot: int | None = None,
     blocks_ahead: int | None = None,
-    overlap: bool = False,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -220,8 +219,7 @@ def score_pages(
     CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
     default), "wgmma-f16" (the same kernel with ``dequant_f16``'s decode: fewer conversions,
     more integer instructions), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for
-    comparison); overlap: the wgmma kernels' asynchronous MMA, each block's overlapping the
-    next block's decode (default False);
+    comparison);
     pages_per_program: pages per program (defaults: wgmma ``scorer_wgmma.pages_per_program``
     of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or
     2, the wgmma kernel's 64-token blocks in flight while one is decoded (default
@@ -239,8 +237,6 @@ def score_pages(
     dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
     if dequant not in ("wgmma", "wgmma-f16", "prmt", "table"):
         raise ValueError(f"dequant: {dequant!r} (wgmma, wgmma-f16, prmt or table)")
-    if overlap and not dequant.startswith("wgmma"):
-        raise ValueError(f"overlap: the wgmma kernels' option, not {dequant!r}'s")
     if tokens_per_dot not in (None, 64, 128) or (tokens_per_dot and dequant != "prmt"):
         raise ValueError(f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)")
     if blocks_ahead not in (None, 1, 2) or (blocks_ahead and not dequant.startswith("wgmma")):
@@ -257,9 +253,7 @@ def score_pages(
         )  # fmt: skip
         if dequant.startswith("wgmma"):
             ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
-            if overlap and ppp > MAX_OVERLAP_PAGES:
-                raise ValueError(f"pages_per_program: {ppp} > {MAX_OVERLAP_PAGES}, the most the overlapped wgmma kernel unrolls")
-            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, F16=dequant == "wgmma-f16", ASYNC=bool(overlap), num_warps=4)
+            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, F16=dequant == "wgmma-f16", num_warps=4)
             kernel = _score_kernel_wgmma
         else:
             ppp = pages_per_program or PRMT_PAGES

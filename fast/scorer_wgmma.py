@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma, warpgroup_mma_wait
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 from triton.language.extra.cuda import gdc_wait
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
@@ -41,8 +41,6 @@ _CODE_BYTES = gl.constexpr(CODE_BYTES)
 # Most pages per program and 64-token blocks loaded ahead (fast/PERF.md: measured).
 WGMMA_PAGES = 4
 WGMMA_DEPTH = 2
-# The overlapped (ASYNC) kernel unrolls its 2 * PPP blocks: at most this many pages.
-MAX_OVERLAP_PAGES = 4
 # Programs per SM below which pages_per_program shrinks (4-5 fit at once at Hs <= 4).
 _PROGRAMS_PER_SM = 4
 
@@ -161,7 +159,6 @@ def _score_kernel_wgmma(
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
     F16: gl.constexpr,  # dequant_f16's decode (else dequant_prmt's: the conversion-bound one)
-    ASYNC: gl.constexpr,  # each block's wgmma overlaps the next block's decode
     PDL: gl.constexpr,
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP, in
@@ -206,31 +203,13 @@ def _score_kernel_wgmma(
             c1, s1 = c0, s0
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros  # each page's running maximum (its first block overwrites it)
-        if ASYNC:
-            # Unrolled: block blk's wgmma runs while block blk + 1 is loaded and decoded;
-            # the wait for it (one group left in flight) comes after the next one's issue.
-            cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, DEPTH, PPP * 2)
-            a_prev = _dequant_fragment(c0, s0, a_layout, F16)
-            tok_prev = warpgroup_mma(a_prev, q_smem, zeros, use_acc=False, is_async=True)
-            c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
-            for blk in gl.static_range(1, 2 * PPP):
-                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk + DEPTH, PPP * 2)
+        for i in range(PPP):
+            for h in gl.static_range(2):  # the page's two blocks
+                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
                 a = _dequant_fragment(c0, s0, a_layout, F16)
-                tok = warpgroup_mma(a, q_smem, zeros, use_acc=False, is_async=True)
-                acc = warpgroup_mma_wait(1, deps=[tok_prev, a_prev])[0]
-                run = _page_max(acc, run, (blk - 1) % 2, maxima, (blk - 1) // 2)
-                tok_prev, a_prev = tok, a
+                acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
+                run = _page_max(acc, run, h, maxima, i)
                 c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
-            acc = warpgroup_mma_wait(0, deps=[tok_prev, a_prev])[0]
-            run = _page_max(acc, run, 1, maxima, PPP - 1)
-        else:
-            for i in range(PPP):
-                for h in gl.static_range(2):  # the page's two blocks
-                    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
-                    a = _dequant_fragment(c0, s0, a_layout, F16)
-                    acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
-                    run = _page_max(acc, run, h, maxima, i)
-                    c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
 
         gl.thread_barrier()
         # [4 warps, ROWS]: a thread holds one row's 4 warp maxima (rows past 128 repeat)

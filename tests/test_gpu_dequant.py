@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from fast.scorer import dequant_pages_prmt, score_pages
-from fast.scorer_wgmma import MAX_OVERLAP_PAGES
 import reference
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
@@ -48,7 +47,7 @@ def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
     assert torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-async", "wgmma-f16", "prmt"])
+@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-f16", "prmt"])
 @pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
 # instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
@@ -63,15 +62,12 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
     MMA block and wgmma's blocks loaded ahead; cells the contract leaves alone keep their 1e30."""
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
-    if kernel == "wgmma-async" and ppp > MAX_OVERLAP_PAGES:
-        pytest.skip(f"the overlapped kernel takes at most {MAX_OVERLAP_PAGES} pages per program")
     outs = []
     for name in (kernel, "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
         options = {
             "wgmma": {"dequant": "wgmma", "pages_per_program": ppp, "blocks_ahead": ahead},
             "wgmma-f16": {"dequant": "wgmma-f16", "pages_per_program": ppp, "blocks_ahead": ahead},
-            "wgmma-async": {"dequant": "wgmma", "pages_per_program": ppp, "blocks_ahead": ahead, "overlap": True},
             "prmt": {"dequant": "prmt", "pages_per_program": ppp, "tokens_per_dot": tok},
             "table": {"dequant": "table"},
         }[name]
