@@ -25,14 +25,11 @@ for s in "$@"; do
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_fast_kernels.py -k 'stock_topk or cp1' tests/test_fuzz_cli.py" ;;
-    bench-mid) stage bench-mid 170 "python3 -m fast bench --contexts 8192 131072 1048576 --batches 1 32 64 --out $OUT/bench-mid" ;;
+    bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
     bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
     ncu) stage ncu 240 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.bench import scorer_once; scorer_once()'" ;;
-    ncu-stalls) # why warps wait, per pipe load, at Hs = 4: both decodes of the wgmma scorer
-        for d in wgmma wgmma-f16; do
-            stage "ncu-stalls-$d" 120 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c 'import sys; from fast.bench import scorer_once; scorer_once(hs=4, dequant=sys.argv[1])' $d"
-        done ;;
+    ncu-stalls) stage ncu-stalls 120 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c 'from fast.bench import scorer_once; scorer_once(hs=4)'" ;;
     scorer) stage scorer 300 "python3 -m fast bench --world 1 --contexts 131072 1048576 --batches 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_dequant.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;

@@ -32,9 +32,9 @@ import triton.language as tl
 
 from reference.constants import PAGE, PAGE_BYTES, SLOTS
 
-CONTEXTS = (8192, 32768, 131072, 524288, 1048576)  # tokens
+CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
-QUICK_CONTEXTS = (8192, 131072, 1048576)
+QUICK_CONTEXTS = (2048, 131072, 1048576)
 QUICK_BATCHES = (1, 32)
 HEADS = 4
 LAYERS = 4  # layers per captured graph (distinct caches, as a model's layers have)
@@ -202,10 +202,10 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
-    # (tile staged through shared memory) at its default, and both wgmma decodes by pages
-    # per program and blocks ahead.
+    # (tile staged through shared memory) at its default, and the wgmma kernel's pages per
+    # program and blocks ahead.
     variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt")] + [
-        dict(dequant=d, pages_per_program=v, blocks_ahead=a) for d in ("wgmma", "wgmma-f16") for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
+        dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
     ]
     for hs in (1, 4):
         for variant in variants:
@@ -216,20 +216,19 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 
 
 def select_section(device, gen) -> list[dict]:
-    """Stock top-16 alone over rows of 2048 and 8192 random scores (hot in L2: this is the
-    select's own time), per batch, heads per rank and warps per program."""
+    """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
+    L2: the select's own time. (4, 8 and 16 warps per program measured alike on the H200:
+    one program per row and head is latency-bound, fast/PERF.md.)"""
     from .stock import StockDecode
 
     rows = []
-    grid = [(p, b, h, w) for p in (2048, 8192) for b in (1, 8, 32) for h in (1, 2) for w in (4, 8, 16)]
-    for pages, batch, heads, warps in progress(grid, "top-16"):
-        decode = StockDecode(heads=heads, max_reqs=batch, device=device)
+    for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):
+        decode = StockDecode(heads=2, max_reqs=batch, device=device)
         table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
         decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
         decode._scores[batch].copy_(torch.randn(decode._scores[batch].shape, generator=gen))
-        out = torch.empty(batch, heads, 16, dtype=torch.int32, device=device)
-        us = graph_time_us(lambda _: decode.select(out, 1, num_warps=warps), 8)
-        rows.append({"pages": pages, "batch": batch, "heads": heads, "warps": warps, "us": us})
+        out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
+        rows.append({"pages": pages, "batch": batch, "heads": 2, "us": graph_time_us(lambda _: decode.select(out, 1), 8)})
     return rows
 
 
@@ -249,8 +248,8 @@ def check_against_reference(pool_ranks) -> dict:
 
 
 def check_scorer() -> bool:
-    """The GPU scorers (wgmma, wgmma-f16, prmt) vs the reference on random inputs, within
-    the fp32-order bound."""
+    """Both GPU scorers (wgmma, prmt) vs the reference on random inputs, within the
+    fp32-order bound."""
     import reference
     from reference.cases import make_case
     from reference.decode import query_tile
@@ -265,7 +264,7 @@ def check_scorer() -> bool:
     bound = fp32_order_bound(tile, case.k_cache, case.block_table)
     written = want != 1e30
     ok = True
-    for dequant in ("wgmma", "wgmma-f16", "prmt"):
+    for dequant in ("wgmma", "prmt"):
         got = torch.full_like(want, 1e30).cuda()
         score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=dequant)
         got = got.cpu()
@@ -305,12 +304,9 @@ def print_report(report: dict, file=sys.stdout) -> None:
         for r in report["torch_stock"]:
             print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
     if report.get("select"):
-        print("\nstock top-16 alone (scores hot in L2), µs per call: pages batch heads | 4 / 8 / 16 warps", file=file)
-        cells: dict = {}
+        print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call", file=file)
         for r in report["select"]:
-            cells.setdefault((r["pages"], r["batch"], r["heads"]), []).append(f"{r['us']:.1f}")
-        for (pages, batch, heads), us in cells.items():
-            print(f"  {pages:>5} {batch:>3} {heads:>2} | {' / '.join(us)}", file=file)
+            print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}: {r['us']:.1f}", file=file)
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)

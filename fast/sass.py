@@ -40,14 +40,13 @@ def _aligned(signature: dict) -> dict:
 
 
 def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
-    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "wgmma-f16" or "prmt", as
-    ``score_pages``' dequant) compiled for sm_90
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
     common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
-    if kernel.startswith("wgmma"):
-        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "F16": kernel == "wgmma-f16"}
-        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr", "F16": "constexpr"}
+    if kernel == "wgmma":
+        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
+        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
     else:
@@ -70,7 +69,7 @@ def instruction_mix(sass: str) -> collections.Counter:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
-    parser.add_argument("--kernel", choices=("wgmma", "wgmma-f16", "prmt"), default="wgmma")
+    parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
     parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")

@@ -217,9 +217,7 @@ def score_pages(
     ``j < min((len - 1) // 128, W)`` and ``j < (len - 8 + slot) // 128``; nothing else.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
     CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
-    default), "wgmma-f16" (the same kernel with ``dequant_f16``'s decode: fewer conversions,
-    more integer instructions), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for
-    comparison);
+    default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
     pages_per_program: pages per program (defaults: wgmma ``scorer_wgmma.pages_per_program``
     of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or
     2, the wgmma kernel's 64-token blocks in flight while one is decoded (default
@@ -235,11 +233,11 @@ def score_pages(
     if q_sel is None:
         q_sel = _first_set(str(device))
     dequant = dequant or ("wgmma" if device.type == "cuda" else "table")
-    if dequant not in ("wgmma", "wgmma-f16", "prmt", "table"):
-        raise ValueError(f"dequant: {dequant!r} (wgmma, wgmma-f16, prmt or table)")
+    if dequant not in ("wgmma", "prmt", "table"):
+        raise ValueError(f"dequant: {dequant!r} (wgmma, prmt or table)")
     if tokens_per_dot not in (None, 64, 128) or (tokens_per_dot and dequant != "prmt"):
         raise ValueError(f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)")
-    if blocks_ahead not in (None, 1, 2) or (blocks_ahead and not dequant.startswith("wgmma")):
+    if blocks_ahead not in (None, 1, 2) or (blocks_ahead and dequant != "wgmma"):
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     if dequant != "table" and device.type != "cuda":
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
@@ -251,9 +249,9 @@ def score_pages(
             q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
             block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
         )  # fmt: skip
-        if dequant.startswith("wgmma"):
+        if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
-            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, F16=dequant == "wgmma-f16", num_warps=4)
+            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
             kernel = _score_kernel_wgmma
         else:
             ppp = pages_per_program or PRMT_PAGES

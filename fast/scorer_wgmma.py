@@ -32,7 +32,6 @@ from triton.language.extra.cuda import gdc_wait
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 
-from .dequant_f16 import GROUP_ASM_F16, UNSCALE
 from .dequant_prmt import GROUP_ASM
 
 _PAGE = gl.constexpr(PAGE)
@@ -113,12 +112,11 @@ def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks):
 
 
 @gluon.jit
-def _dequant_fragment(codes, scales, a_layout: gl.constexpr, F16: gl.constexpr):
+def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
-    ``a_layout`` without moving data (checked at compile time). F16: ``dequant_f16``'s
-    decode (values times 2^-8, slots permuted), else ``dequant_prmt``'s."""
+    ``a_layout`` without moving data (checked at compile time)."""
     o = gl.inline_asm_elementwise(
-        GROUP_ASM_F16 if F16 else GROUP_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
+        GROUP_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
         dtype=(gl.float16,) * 16, is_pure=True, pack=1,
     )  # fmt: skip
     a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
@@ -158,7 +156,6 @@ def _score_kernel_wgmma(
     ROWS: gl.constexpr,  # rows_for(HS)
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
-    F16: gl.constexpr,  # dequant_f16's decode (else dequant_prmt's: the conversion-bound one)
     PDL: gl.constexpr,
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP, in
@@ -180,10 +177,7 @@ def _score_kernel_wgmma(
         # q, gathered in logical column order: row k of the shared tile is dimension d(k)
         q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
         k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
-        if F16:  # its slot s holds code dequant_f16.slot_code(s): h and e trade places
-            d = 32 * ((k // 2) % 4) + 4 * (k // 16) + (k // 8) % 2 + 2 * (k % 2)
-        else:
-            d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
+        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
         qr = gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
         tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
         qb = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
@@ -206,7 +200,7 @@ def _score_kernel_wgmma(
         for i in range(PPP):
             for h in gl.static_range(2):  # the page's two blocks
                 cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
-                a = _dequant_fragment(c0, s0, a_layout, F16)
+                a = _dequant_fragment(c0, s0, a_layout)
                 acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
                 run = _page_max(acc, run, h, maxima, i)
                 c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
@@ -220,8 +214,6 @@ def _score_kernel_wgmma(
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         for i in range(PPP):
             j = first + i
-            best = gl.max(maxima.index(i).load(across), axis=0)
-            if F16:
-                best = best * UNSCALE  # exact: a power of two
-            best = best + 0.0  # an all-zero sum is +0.0
+            # +0.0: an all-zero sum is +0.0
+            best = gl.max(maxima.index(i).load(across), axis=0) + 0.0
             gl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))

@@ -135,10 +135,9 @@ class StockDecode:
         score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl)
         return self.select(out, query_len)
 
-    def select(self, out: torch.Tensor, query_len: int, num_warps: int = 4) -> torch.Tensor:
+    def select(self, out: torch.Tensor, query_len: int) -> torch.Tensor:
         """The top-16 stage alone, on the scores the last forward of this batch size left
-        (forward calls it; the benchmark times it by itself, also with other num_warps).
-        out: int32 [B * q, heads, 16]."""
+        (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
         shape = self.shape
@@ -157,7 +156,6 @@ class StockDecode:
             GROUP=shape.group,
             EMULATE_FMA=self.device.type != "cuda",
             SORT=self.device.type == "cuda",
-            num_warps=num_warps,
             **pdl_options(self.pdl),
         )
         return out

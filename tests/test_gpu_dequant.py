@@ -1,6 +1,6 @@
-"""GPU tier: the scorers' inline-PTX dequantizations (fast/dequant_prmt.py, dequant_f16.py)
-against the reference on every (scale byte, code) pair, and the GPU scorers (wgmma,
-wgmma-f16, prmt) against the table scorer."""
+"""GPU tier: the scorer's inline-PTX dequantization (fast/dequant_prmt.py) against the
+reference on every (scale byte, code) pair, alone and through each GPU scorer, and the GPU
+scorers (wgmma, prmt) against the table scorer."""
 
 import pytest
 import torch
@@ -34,7 +34,7 @@ def test_every_scale_and_code_dequantizes_like_the_reference():
     assert torch.equal(got[~nan], want[~nan])
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-f16", "prmt"])
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
     """test_fast_kernels' every-element case through each GPU kernel (the default one is
     also checked there): every score one dequantized element, bit for bit the reference's."""
@@ -47,7 +47,7 @@ def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
     assert torch.equal(got.cpu(), want)
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "wgmma-f16", "prmt"])
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 @pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
 # instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
@@ -67,7 +67,6 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
         options = {
             "wgmma": {"dequant": "wgmma", "pages_per_program": ppp, "blocks_ahead": ahead},
-            "wgmma-f16": {"dequant": "wgmma-f16", "pages_per_program": ppp, "blocks_ahead": ahead},
             "prmt": {"dequant": "prmt", "pages_per_program": ppp, "tokens_per_dot": tok},
             "table": {"dequant": "table"},
         }[name]
