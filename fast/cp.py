@@ -18,7 +18,7 @@ from reference.validate import check_int
 
 from . import checks
 from .backend import pdl_options
-from .cp_kernels import compact_table_kernel, finish_step_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, SelectShape
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 # Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
-_FINISH_BLOCK = 1024
+_ERROR_BLOCK = 1024  # output entries per store of the merge's error fill
 
 
 class _StageClock:
@@ -73,15 +73,18 @@ class PeerTimeoutError(RuntimeError):
 
 @dataclass
 class CPLayer:
-    """One sparse layer's symmetric buffers (two sets each) and its step parity.
+    """One sparse layer's symmetric buffers (two sets each), its step parity and the merge's
+    arrival count.
 
     tile: int32 words, 2 x [max_reqs, 8, H, 32]; recv: int64, 2 x [CP, rows_max, Hr, 16];
-    parity: int64 [1], the set this layer's next step uses.
+    parity: int64 [1], the set this layer's next step uses; arrived: int32 [1], merge
+    programs done in the running step (0 between steps).
     """
 
     tile: SymmetricTensor
     recv: SymmetricTensor
     parity: torch.Tensor
+    arrived: torch.Tensor
 
 
 @dataclass
@@ -128,7 +131,7 @@ class IndexerDecodeCP:
         """Collective: every rank builds its layers in the same order."""
         tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
         recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
-        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device))
+        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device), torch.zeros(1, dtype=torch.int32, device=self.device))
 
     def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> CPPlan:
         """Once per step, outside CUDA-graph capture; no host sync.
@@ -209,12 +212,10 @@ class IndexerDecodeCP:
         )  # fmt: skip
         clock.lap("push")
         merge_kernel[(rows,)](
-            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out,
+            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
             self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, **common,
+            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, **common,
         )  # fmt: skip
-        n = out.numel()
-        finish_step_kernel[(triton.cdiv(n, _FINISH_BLOCK),)](layer.parity, self.error, out, n, BLOCK=_FINISH_BLOCK, **pdl_options(self.pdl))
         clock.lap("merge")
         clock.done()
         return out

@@ -1,5 +1,6 @@
 """The CP protocol's kernels (DESIGN.md §6): compact table, q exchange, local top-16 + push,
-merge, and the step flip that makes back-to-back steps safe.
+and the merge, whose last program ends the step with the flip that makes back-to-back steps
+safe.
 
 Symmetric buffers come as int64 arrays of every rank's base address; each layer has two
 buffer sets, and ``parity`` (a device scalar flipped at the end of every forward) says which
@@ -176,6 +177,7 @@ def merge_kernel(
     parity_ptr,  # int64 [1]
     err_ptr,  # int32 [1]
     out_ptr,  # int32 [rows, HR, 16]
+    arrived_ptr,  # int32 [1]: merge programs done this step (0 between steps)
     rows_max,
     set_elems,
     set_words,
@@ -185,12 +187,19 @@ def merge_kernel(
     CP: tl.constexpr,
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
+    BLOCK: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the CP * 16
     candidates is -1, take the best 15, put own in slot 15 and reset the candidates to -1.
     Then re-arm the row's tile slot to 0xFF. Launched once every push program has started,
-    so polling never blocks a push."""
+    so polling never blocks a push.
+
+    The last program to finish ends the step (a kernel of its own cost a launch per layer):
+    if any spin of this process timed out, every output entry becomes -1 (a timeout
+    elsewhere leaves the step's rows untrustworthy); then it flips the parity, so the
+    layer's next step uses the other buffer set, and re-arms the arrival count. Every other
+    program has read the parity by then: each counts itself in (acq_rel) after its work."""
     t = tl.program_id(0)
     b = t // QLEN
     i = t % QLEN
@@ -225,16 +234,13 @@ def merge_kernel(
     hw = tl.arange(0, H * _WORDS)
     tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
     tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
-
-
-@triton.jit
-def finish_step_kernel(parity_ptr, err_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr):
-    """The last kernel of a forward. If any spin of this process timed out, every output
-    entry is -1 (a row merged before the timeout may still be missing a peer's candidates).
-    Program 0 flips the parity: the layer's next step uses the other buffer set."""
-    pdl_wait(PDL)
-    j = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    if tl.load(err_ptr) != 0:
-        tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
-    if tl.program_id(0) == 0:
-        tl.store(parity_ptr, 1 - tl.load(parity_ptr))
+    if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
+        if tl.load(err_ptr, volatile=True) != 0:
+            n = tl.num_programs(0) * (HR * _TOPK)
+            start = 0
+            while start < n:  # a while loop: the interpreter cannot range() over it
+                j = start + tl.arange(0, BLOCK)
+                tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
+                start += BLOCK
+        tl.store(parity_ptr, 1 - parity)
+        tl.store(arrived_ptr, 0)

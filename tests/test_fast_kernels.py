@@ -9,15 +9,15 @@ from hypothesis import strategies as st
 
 import reference
 from fast.backend import default_device
-from fast.cp import IndexerDecodeCP
+from fast.cp import IndexerDecodeCP, PeerTimeoutError
 from fast.cp_kernels import compact_table_kernel
-from fast.jit_helpers import KEY_EXACT, fmaf, top16
+from fast.jit_helpers import ERR_Q_TIMEOUT, KEY_EXACT, fmaf, top16
 from fast.scorer import score_pages
 from fast.select_shape import SelectShape
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import DecodeConfig, decode_configs
-from reference.cases import EXACT_PATTERNS, every_element_case, make_case
+from reference.cases import EXACT_PATTERNS, every_element_case, make_case, seq_len_for
 from reference.cp import plan_rank
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4
@@ -146,8 +146,26 @@ def test_cp1_in_process_equals_oracle(cfg, max_chunk):
     state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, case.query_len)
     state.check()
     assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
-    # The step left the buffers armed for the next one.
+    # The step left the buffers armed for the next one, and flipped the parity.
     assert bool((layer.recv.local == -1).all()) and bool((layer.tile.local == -1).all())
+    assert int(layer.parity) == 1 and int(layer.arrived) == 0
+
+
+def test_a_step_after_a_timeout_outputs_only_minus_one():
+    """With the error flag already set (a spin gave up), the merge's last program fills the
+    whole output with -1 — short rows, which need no peer, included — and still ends the
+    step: parity flipped, arrival count re-armed."""
+    case = make_case(3, [seq_len_for(40, 5), seq_len_for(3, 0), seq_len_for(90, 1)], query_len=2, heads=2, pattern="exact")
+    state = IndexerDecodeCP(heads=2, max_reqs=3, symm=SingleRankSymmetric(DEV), spin_limit=50)
+    layer = state.new_layer()
+    plan = state.plan(on(case.block_table), on(case.seq_lens))
+    state.error.fill_(ERR_Q_TIMEOUT)
+    out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+    state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    assert bool((out == -1).all())
+    assert int(layer.parity) == 1 and int(layer.arrived) == 0
+    with pytest.raises(PeerTimeoutError):
+        state.check()
 
 
 @pytest.mark.gpu  # the interpreter's tl.dot is numpy's matmul, whose summation order follows N
