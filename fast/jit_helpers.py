@@ -128,7 +128,9 @@ def top16(
     groups of GROUP columns, take three small ones: the 16 supergroups with the largest
     maxima, the 16 groups with the largest maxima among theirs, the top 16 of those groups'
     members. Exact: a top-16 key outside the kept supergroups (groups) would be beaten by 16
-    distinct supergroup (group) maxima; keys are unique, so a maximum names its column.
+    distinct supergroup (group) maxima. The first two levels rank groups by stand-in keys
+    (``_group_keys``: the best score and the group's first page), which order groups as
+    their maxima do, so only the last level builds a key per column.
     (Two levels, 16 of 128 groups then 16 of their 1024 members, left one select over 1024
     keys, the bulk of the select's time on a GPU.)
     """
@@ -139,17 +141,50 @@ def top16(
         g = tl.arange(0, GROUP)
         sup = tl.arange(0, SUPERS)
         cols = (sup[:, None, None] * PER_SUPER + m[None, :, None]) * GROUP + g[None, None, :]
-        keys = row_keys(row_ptr, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
-        top_s = select16(tl.max(tl.max(keys, axis=2), axis=1), SORT)
+        top = tl.max(tl.max(_rank_values(row_ptr, cols, n, KIND), axis=2), axis=1)
+        top_s = select16(_group_keys(top, sup * (PER_SUPER * GROUP), n, KIND, CP, RANK, scale, bias, EMULATE_FMA), SORT)
         # Key 0 (an empty supergroup / group) maps past the row, where every key is 0 again.
         sup = tl.where(top_s > 0, _column(top_s, CP, RANK) // (PER_SUPER * GROUP), SUPERS)
-        cols = (sup[:, None, None] * PER_SUPER + m[None, :, None]) * GROUP + g[None, None, :]
-        maxima = tl.max(row_keys(row_ptr, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA), axis=2)
-        top_g = select16(tl.reshape(maxima, [TOPK * PER_SUPER]), SORT)
+        first = (sup[:, None] * PER_SUPER + m[None, :]) * GROUP  # [16, PER_SUPER]
+        top = tl.max(_rank_values(row_ptr, first[:, :, None] + g[None, None, :], n, KIND), axis=2)
+        top_g = select16(tl.reshape(_group_keys(top, first, n, KIND, CP, RANK, scale, bias, EMULATE_FMA), [TOPK * PER_SUPER]), SORT)
         grp = tl.where(top_g > 0, _column(top_g, CP, RANK) // GROUP, SUPERS * PER_SUPER)
         cand = row_keys(row_ptr, grp[:, None] * GROUP + g[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
         best = select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
     return best
+
+
+@triton.jit
+def _rank_values(row_ptr, j, n, KIND: tl.constexpr):
+    """Per score column j (any shape), a value whose order is its key's score order, the
+    least possible where j >= n: KEY_EXACT the fp32 bits as a signed int32 that sorts like
+    the float, -0 below +0 (``row_keys``' ordered with its top bit flipped); KEY_STOCK the fp32 score itself (its 16-bit
+    key is a non-decreasing function of it). A max over these is 1 instruction per column,
+    the key it stands for ~10 (int64)."""
+    valid = j < n
+    v = tl.load(row_ptr + j, mask=valid, other=0.0)
+    if KIND == KEY_EXACT:
+        bits = v.to(tl.int32, bitcast=True)
+        return tl.where(valid, bits ^ ((bits >> 31) & 0x7FFFFFFF), -(2**31))
+    else:
+        return tl.where(valid, v, float("-inf"))
+
+
+@triton.jit
+def _group_keys(top, first, n, KIND: tl.constexpr, CP: tl.constexpr, RANK: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr):
+    """Stand-in keys of groups of consecutive columns: the score part from ``top`` (the max
+    ``_rank_values`` of the group), the page part from its first column ``first``; 0 where
+    the group starts past n. They order the groups exactly as their largest true keys do:
+    groups are disjoint column ranges, so between two groups with equal best scores the
+    earlier one holds the lower page whichever of its columns ties."""
+    page = (first * CP + RANK).to(tl.int64)
+    if KIND == KEY_EXACT:
+        ordered = (top ^ -(2**31)).to(tl.uint32, bitcast=True)  # back to row_keys' ordered
+        key = (1 << 48) | (ordered.to(tl.int64) << 16) | (0xFFFF - page)
+    else:
+        t = tl.minimum(tl.maximum(fmaf(top, scale, bias, EMULATE_FMA), 0.0), 65535.0)
+        key = (t.to(tl.int64) << 16) | (0xFFFF - page)
+    return tl.where(first < n, key, 0)
 
 
 @triton.jit
