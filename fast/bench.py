@@ -5,9 +5,14 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
 1. ceilings: a large device-to-device copy and a read-only streaming kernel (GB/s);
 2. the scorer alone, Hs = 1 (stock) and Hs = 4 (CP compact), over contexts x batches, as
    read GB/s and as a fraction of the read ceiling; the table dequantization at one size;
-3. the stock top-16 alone and the stock scorer alone (their ratio at 8192 pages);
+3. the stock top-16 alone (in and out of the layer) and the stock scorer alone (their
+   ratio at 8192 pages);
 4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
-   and 4: µs, speedup, and the CP fixed overhead (CP layer minus its compact scorer alone);
+   and 4: µs, speedup, and the CP fixed overhead (CP layer minus its compact scorer alone).
+   A layer's time is the difference of graphs of 2L and L layers over L: the first
+   layer's wait for the slowest rank's launch, paid once per step, cancels (the L-layer
+   graph's time per layer is reported too). Context 2048 is the short-rows case (every
+   row <= 16 pages);
 5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write.
 
 Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
