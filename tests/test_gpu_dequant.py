@@ -63,13 +63,13 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
     case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
     outs = []
-    for name in (kernel, "table"):
+    for dequant in (kernel, "table"):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
-        options = {
-            "wgmma": {"dequant": "wgmma", "pages_per_program": ppp, "blocks_ahead": ahead},
-            "prmt": {"dequant": "prmt", "pages_per_program": ppp, "tokens_per_dot": tok},
-            "table": {"dequant": "table"},
-        }[name]
-        score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, **options)
+        shape = {
+            "wgmma": {"pages_per_program": ppp, "blocks_ahead": ahead},
+            "prmt": {"pages_per_program": ppp, "tokens_per_dot": tok},
+            "table": {},
+        }[dequant]
+        score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **shape)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
