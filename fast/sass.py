@@ -1,7 +1,8 @@
 """``FAST_COMPILE_ONLY=1 python -m fast.sass [--kernel wgmma|prmt] [--hs N] [--tokens T]
 [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
-and nvdisasm) and print its registers, static shared memory and SASS instruction mix — the
-first look at a scorer change, at no device time. ``--dump FILE`` writes the whole SASS.
+and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
+and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
+device time. ``--dump FILE`` writes the whole SASS.
 """
 
 from __future__ import annotations
@@ -67,6 +68,24 @@ def instruction_mix(sass: str) -> collections.Counter:
     return collections.Counter(ops)
 
 
+_OP = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def main_loop_mix(sass: str) -> collections.Counter:
+    """Opcode -> count over the longest loop of the listing (label to its backward branch):
+    in the wgmma scorer, one page per trip — the instructions per page and thread that
+    fast/PERF.md counts. Empty if the listing has no loop."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    best: list[str] = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
+            best = max(best, ops, key=len)
+    return collections.Counter(best)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
@@ -81,6 +100,10 @@ def main(argv=None) -> int:
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")
+    loop = main_loop_mix(sass)
+    if loop:
+        print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
+        print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(sass)
