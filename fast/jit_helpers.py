@@ -67,24 +67,19 @@ def row_keys(row_ptr, j, n, KIND: tl.constexpr, CP: tl.constexpr, RANK: tl.const
     """
     valid = j < n
     score = tl.load(row_ptr + j, mask=valid, other=0.0)
-    if KIND == KEY_EXACT:
-        bits = score.to(tl.uint32, bitcast=True)
-        part = bits ^ tl.where((bits >> 31) != 0, 0xFFFFFFFF, 0x80000000).to(tl.uint32)
-    else:
-        part = score
-    return tl.where(valid, _key(part, (j * CP + RANK).to(tl.int64), KIND, scale, bias, EMULATE_FMA), 0)
+    return tl.where(valid, _key(_rank(score, KIND), (j * CP + RANK).to(tl.int64), KIND, scale, bias, EMULATE_FMA), 0)
 
 
 @triton.jit
-def _key(part, page, KIND: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr):
-    """The int64 key of a score part and a page: KEY_EXACT, ``part`` the ordered bits
-    (uint32); KEY_STOCK, ``part`` the fp32 score, quantized to q16."""
+def _key(rank, page, KIND: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr):
+    """The int64 key of a score, given as its ``_rank`` value, and a page."""
     if KIND == KEY_EXACT:
-        return (1 << 48) | (part.to(tl.int64) << 16) | (0xFFFF - page)
+        ordered = (rank ^ -(2**31)).to(tl.uint32, bitcast=True)  # fp32 bits in total order
+        return (1 << 48) | (ordered.to(tl.int64) << 16) | (0xFFFF - page)
     else:
         # Clamp before converting: CUDA's cvt.rzi.u32 saturates, numpy's cast does not.
         # (A valid row never needs it: its values map into [1, 65535.5].)
-        t = tl.minimum(tl.maximum(fmaf(part, scale, bias, EMULATE_FMA), 0.0), 65535.0)
+        t = tl.minimum(tl.maximum(fmaf(rank, scale, bias, EMULATE_FMA), 0.0), 65535.0)
         return (t.to(tl.int64) << 16) | (0xFFFF - page)
 
 
@@ -166,16 +161,25 @@ def top16(
 def _rank_values(row_ptr, j, n, KIND: tl.constexpr):
     """Per score column j (any shape), a value whose order is its key's score order, the
     least possible where j >= n: KEY_EXACT the fp32 bits as a signed int32 that sorts like
-    the float, -0 below +0 (``row_keys``' ordered bits with the top bit flipped); KEY_STOCK
-    the fp32 score itself (its 16-bit key is a non-decreasing function of it). A max over
-    these is 1 instruction per column, the key it stands for ~10 (int64)."""
+    the float, -0 below +0 (the key's ordered bits with the top bit flipped); KEY_STOCK the
+    fp32 score itself (its 16-bit key is a non-decreasing function of it). A max over these
+    is 1 instruction per column, the key it stands for ~10 (int64)."""
     valid = j < n
-    v = tl.load(row_ptr + j, mask=valid, other=0.0)
+    rank = _rank(tl.load(row_ptr + j, mask=valid, other=0.0), KIND)
     if KIND == KEY_EXACT:
-        bits = v.to(tl.int32, bitcast=True)
-        return tl.where(valid, bits ^ ((bits >> 31) & 0x7FFFFFFF), -(2**31))
+        return tl.where(valid, rank, -(2**31))
     else:
-        return tl.where(valid, v, float("-inf"))
+        return tl.where(valid, rank, float("-inf"))
+
+
+@triton.jit
+def _rank(score, KIND: tl.constexpr):
+    """``_rank_values`` of loaded fp32 scores, every one taken as valid."""
+    if KIND == KEY_EXACT:
+        bits = score.to(tl.int32, bitcast=True)
+        return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    else:
+        return score
 
 
 @triton.jit
@@ -185,11 +189,9 @@ def _group_keys(top, first, n, KIND: tl.constexpr, CP: tl.constexpr, RANK: tl.co
     the group starts past n. They order the groups exactly as their largest true keys do:
     groups are disjoint column ranges, so between two groups with equal best scores the
     earlier one holds the lower page whichever of its columns ties."""
-    if KIND == KEY_EXACT:
-        part = (top ^ -(2**31)).to(tl.uint32, bitcast=True)  # back to row_keys' ordered bits
-    else:
-        part = top
-    return tl.where(first < n, _key(part, (first * CP + RANK).to(tl.int64), KIND, scale, bias, EMULATE_FMA), 0)
+    valid = first < n
+    # An empty group's top is the least rank value (-inf for KEY_STOCK): 0 keeps it out of fmaf.
+    return tl.where(valid, _key(tl.where(valid, top, 0), (first * CP + RANK).to(tl.int64), KIND, scale, bias, EMULATE_FMA), 0)
 
 
 @triton.jit
