@@ -77,8 +77,9 @@ class CPLayer:
     arrival count.
 
     tile: int32 words, 2 x [max_reqs, 8, H, 32]; recv: int64, 2 x [CP, rows_max, Hr, 16];
-    parity: int64 [1], the set this layer's next step uses; arrived: int32 [1], merge
-    programs done in the running step (0 between steps).
+    parity: int64 [1], the set this layer's next step with a long request uses (a step
+    without one uses none); arrived: int32 [1], merge programs done in the running step (0
+    between steps).
     """
 
     tile: SymmetricTensor
@@ -192,7 +193,7 @@ class IndexerDecodeCP:
         common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl))
         clock = _StageClock(stage_times, self.device)
         q_exchange_kernel[(rows,)](
-            index_q.view(torch.int32), layer.tile.ptrs, layer.parity, self.error,
+            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, self.error,
             self._tile_words, self.spin_limit,
             H=self.heads, HR=hr, R=self.layout.replicas, HEAD0=self.owned.start, **common,
         )  # fmt: skip

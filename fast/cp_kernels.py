@@ -9,6 +9,13 @@ can never overwrite a tile this rank is still scoring, nor have its q erased by 
 re-arm. It cannot get two steps ahead, because its next exchange waits for this rank's q.
 Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
 later kernels write -1 rows, and the host raises in ``check()``.
+
+Only requests with a long row (``len > 16 * 128``: the last query's own page is >= 16) are
+exchanged, scored and merged from candidates (``reference.cp.long_requests``); the others'
+rows follow from their lengths. A step with no long request touches no symmetric buffer and
+waits for nobody, so it keeps the parity: the long steps around it still alternate sets and
+are still in lockstep (each long step's exchange waits for every rank), which is all the two
+sets need. Every rank sees the same lengths, so every rank makes the same choice.
 """
 
 import triton
@@ -37,6 +44,8 @@ _TOPK = tl.constexpr(TOPK)
 _WORDS = tl.constexpr(32)  # int32 words per 128-byte query row
 _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
+# A request is long (exchanged and scored) when its length exceeds this.
+_LONG_LEN = tl.constexpr(TOPK * PAGE)
 
 
 @triton.jit
@@ -44,7 +53,7 @@ def compact_table_kernel(
     bt_ptr,  # int32 [B, P_table]
     seq_lens_ptr,  # int32 [B]
     cbt_ptr,  # int32 [B, W] out: compact page j -> global page j * CP + RANK
-    score_lens_ptr,  # int32 [B] out: n_local * 128 + 8, the length the scorer is handed
+    score_lens_ptr,  # int32 [B] out: n_local * 128 + 8 (0 for a request with no long row)
     seq_out_ptr,  # int32 [B] out: the real lengths, in a buffer stable across steps
     n_local_ptr,  # int32 [B] out: pages this rank scores (the local top-16's bound)
     P,
@@ -56,14 +65,15 @@ def compact_table_kernel(
 ):
     """The length is a deliberate lie: n_local * 128 + 8 puts all 8 slots one page past the
     chunk, so the scorer stores every owned page for every slot. W - 1 >= n_local keeps that
-    invented page addressable. The real causal cut comes back in the push."""
+    invented page addressable. The real causal cut comes back in the push. A request whose
+    rows are all short gets length 0: nothing scored, nothing read."""
     b = tl.program_id(0)
     seq = tl.load(seq_lens_ptr + b)
     tl.store(seq_out_ptr + b, seq)
     hist = tl.where(seq >= 1, tl.minimum((seq - 1) // _PAGE, P), 0)
     n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)
     tl.store(n_local_ptr + b, n_local)
-    tl.store(score_lens_ptr + b, n_local * _PAGE + _SLOTS)
+    tl.store(score_lens_ptr + b, tl.where(seq > _LONG_LEN, n_local * _PAGE + _SLOTS, 0))
     for start in tl.static_range(0, W, BLOCK):
         j = start + tl.arange(0, BLOCK)
         src = tl.minimum(j * CP + RANK, P - 1)
@@ -74,6 +84,7 @@ def compact_table_kernel(
 @triton.jit
 def q_exchange_kernel(
     q_ptr,  # int32 [rows, HR * 32]: this rank's heads (E4M3 bytes as words)
+    seq_lens_ptr,  # int32 [B]
     tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
     parity_ptr,  # int64 [1]
     err_ptr,  # int32 [1]
@@ -88,9 +99,9 @@ def q_exchange_kernel(
     QLEN: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Store this rank's heads into every rank's tile (slot 8 - QLEN + i), then wait until
-    this rank's own tile row holds no 0xFF byte. It must not release its dependent early:
-    the scorer after it reads the whole tile.
+    """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
+    then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing. It
+    must not release its dependent early: the scorer after it reads the whole tile.
 
     With R replicas per head (H < CP) each replica stores only its 32 / R words of the head's
     row: every word has exactly one writer, and every rank's tile row is complete only once
@@ -101,22 +112,23 @@ def q_exchange_kernel(
     pdl_wait(PDL)  # for index_q's producer
     t = tl.program_id(0)
     b = t // QLEN
-    slot = (_SLOTS - QLEN) + t % QLEN
-    base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
-    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
-    for hl in tl.static_range(HR):
-        row = tl.load(q_ptr + (t * HR + hl) * _WORDS + w)
-        for dst in tl.static_range(CP):
-            tl.store(peer_ptr(tile_ptrs, dst, tl.int32) + base + (HEAD0 + hl) * _WORDS + w, row)
-    hw = tl.arange(0, H * _WORDS)
-    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + hw
-    pending = has_ff_byte(tl.load(local, volatile=True))
-    spins = 0
-    while pending & (spins < spin_limit):
+    if tl.load(seq_lens_ptr + b) > _LONG_LEN:
+        slot = (_SLOTS - QLEN) + t % QLEN
+        base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+        w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
+        for hl in tl.static_range(HR):
+            row = tl.load(q_ptr + (t * HR + hl) * _WORDS + w)
+            for dst in tl.static_range(CP):
+                tl.store(peer_ptr(tile_ptrs, dst, tl.int32) + base + (HEAD0 + hl) * _WORDS + w, row)
+        hw = tl.arange(0, H * _WORDS)
+        local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + hw
         pending = has_ff_byte(tl.load(local, volatile=True))
-        spins += 1
-    if pending:
-        tl.store(err_ptr, _ERR_Q)
+        spins = 0
+        while pending & (spins < spin_limit):
+            pending = has_ff_byte(tl.load(local, volatile=True))
+            spins += 1
+        if pending:
+            tl.store(err_ptr, _ERR_Q)
 
 
 @triton.jit
@@ -192,24 +204,30 @@ def merge_kernel(
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the CP * 16
     candidates is -1, take the best 15, put own in slot 15 and reset the candidates to -1.
-    Then re-arm the row's tile slot to 0xFF. Launched once every push program has started,
-    so polling never blocks a push.
+    Then, for a long request (the only ones exchanged), re-arm the row's tile slot to 0xFF.
+    Launched once every push program has started, so polling never blocks a push.
 
     The last program to finish ends the step (a kernel of its own cost a launch per layer):
     if any spin of this process timed out, every output entry becomes -1 (a timeout
-    elsewhere leaves the step's rows untrustworthy); then it flips the parity, so the
-    layer's next step uses the other buffer set, and re-arms the arrival count. Every other
-    program has read the parity by then: each counts itself in (acq_rel) after its work."""
+    elsewhere leaves the step's rows untrustworthy); then, if the step had a long request,
+    it flips the parity, so the layer's next long step uses the other buffer set; it
+    re-arms the arrival count. Every other program has read the parity by then: each counts
+    itself in (acq_rel) after its work."""
     t = tl.program_id(0)
     b = t // QLEN
     i = t % QLEN
-    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    seq = tl.load(seq_lens_ptr + b)
+    own = (seq - QLEN + i) // _PAGE
     k = tl.arange(0, _TOPK)
     parity = tl.load(parity_ptr)
+    hw = tl.arange(0, H * _WORDS)
+    tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
-        pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
+        if seq > _LONG_LEN:
+            pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
+            tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
     else:
         recv = peer_ptr(recv_ptrs, RANK, tl.int64) + parity * set_elems
         p = tl.arange(0, CP)
@@ -231,9 +249,7 @@ def merge_kernel(
                 best = best16(tl.reshape(keys, [CP * _TOPK]))
                 tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
             tl.store(recv + off, tl.full([CP, _TOPK], -1, tl.int64))
-    hw = tl.arange(0, H * _WORDS)
-    tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
-    tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
+        tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
     if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         if tl.load(err_ptr, volatile=True) != 0:
             n = tl.num_programs(0) * (HR * _TOPK)
@@ -242,5 +258,18 @@ def merge_kernel(
                 j = start + tl.arange(0, BLOCK)
                 tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
                 start += BLOCK
-        tl.store(parity_ptr, 1 - parity)
+        if _any_long(seq_lens_ptr, tl.num_programs(0) // QLEN, BLOCK):
+            tl.store(parity_ptr, 1 - parity)
         tl.store(arrived_ptr, 0)
+
+
+@triton.jit
+def _any_long(seq_lens_ptr, n, BLOCK: tl.constexpr):
+    """Whether any of the n requests is long (exchanged): the step used its buffer set."""
+    found = False
+    start = 0
+    while start < n:
+        r = start + tl.arange(0, BLOCK)
+        found |= tl.max(tl.load(seq_lens_ptr + r, mask=r < n, other=0), axis=0) > _LONG_LEN
+        start += BLOCK
+    return found

@@ -133,6 +133,32 @@ def changing_queries_on_rank(
     return [o.cpu() for o in outs]
 
 
+def short_step_skipped_on_rank(ctx, case: dict, short_lens: torch.Tensor, *, skip_rank: int, pdl: bool = False) -> dict:
+    """Three CP steps of one layer: the case's lengths, ``short_lens`` (int32 [B], every row
+    short), the case's lengths again; rank ``skip_rank`` never calls the middle step's
+    forward. A step without a long request waits for nobody and keeps the parity, so the
+    other ranks finish it alone and every rank meets again in the third step. Returns
+    ``{"heads", "outs": 3 x int32 [rows, Hr, 16] (None where skipped), "parity": the
+    layer's parity after each step}``."""
+    c = _to(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    q = c["index_q"][:, owned].contiguous()
+    outs, parity = [], []
+    for step, lens in enumerate([c["seq_lens"], short_lens.to(ctx.device), c["seq_lens"]]):
+        out = None
+        if not (step == 1 and ctx.rank == skip_rank):
+            out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+            state.forward(layer, state.plan(c["block_table"], lens), q, c["k_cache"], out, c["query_len"])
+            out = out.cpu()
+        outs.append(out)
+        parity.append(int(layer.parity.item()))
+    state.check()
+    return {"heads": owned, "outs": outs, "parity": parity}
+
+
 def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
     """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)

@@ -3,7 +3,9 @@
 The simulation keeps each rank's symmetric buffers (its q tile and its receive buffer) as
 separate tensors and moves data between them only the way the protocol does: stores into
 peers' buffers whose payload is the flag (0xFF bytes for q, -1 for keys). Where a real rank
-would spin forever (a flag that never clears), the simulation raises instead.
+would spin forever (a flag that never clears), the simulation raises instead. A request
+whose every row is short is neither exchanged nor scored (``long_requests``): a step with
+none touches no buffer, which is why the real ranks keep their step parity then.
 """
 
 from __future__ import annotations
@@ -50,13 +52,24 @@ def compact_width(num_pages: int, cp: int) -> int:
     return -(-num_pages // cp) + 1
 
 
+def long_requests(seq_lens: torch.Tensor) -> torch.Tensor:
+    """bool ``[B]``: requests with a long row, i.e. whose last query's own page
+    ``(len - 1) // 128`` is >= 16 (seq_lens: int32 ``[B]``).
+
+    Only these are exchanged and scored: every row of any other request is short, its
+    output follows from its length alone, so its q and its scores would never be read. A
+    step with no long request touches no symmetric buffer at all."""
+    return seq_lens.to(_I64) > TOPK * PAGE
+
+
 def plan_rank(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int, width: int, cp: int, rank: int):
     """Step 0, plan: rank r's compact block table and the length its scorer is handed.
 
     block_table: int32 ``[B, P_table]``; seq_lens: int32 ``[B]``. Returns
     (cbt int32 ``[B, W]`` with ``cbt[b, j] = bt[b, min(j * CP + r, P - 1)]``,
     n_local int64 ``[B]`` = pages of the rank below ``hist = clamp((len - 1) // 128, 0, P)``,
-    capped at W - 1, score_lens int32 ``[B]`` = ``n_local * 128 + 8``).
+    capped at W - 1, score_lens int32 ``[B]`` = ``n_local * 128 + 8`` for long requests, 0
+    (nothing scored) for the others: ``long_requests``).
     The length is a deliberate lie: it puts all 8 slots one page past the chunk, so the
     scorer stores every owned page for every slot; the real causal cut comes back in the
     local top-16.
@@ -66,7 +79,8 @@ def plan_rank(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int,
     cbt = block_table[:, src]
     hist = ((seq_lens.to(_I64) - 1) // PAGE).clamp(0, num_pages)
     n_local = ((hist + cp - 1 - rank) // cp).clamp_max(width - 1)
-    return cbt, n_local, (n_local * PAGE + SLOTS).to(torch.int32)
+    score_lens = torch.where(long_requests(seq_lens), n_local * PAGE + SLOTS, 0)
+    return cbt, n_local, score_lens.to(torch.int32)
 
 
 def rank_cut(own: torch.Tensor, n_local: torch.Tensor, cp: int, rank: int) -> torch.Tensor:
@@ -84,15 +98,16 @@ def local_top16(
     """Step 3, local top-16: each (query, head)'s exact top 16 of the rank's pages below own.
 
     scores: float32 ``[B, 8 * H, W]`` compact scores (NaN = never written); own: int64
-    ``[rows]``; n_local: int64 ``[B]``. Returns int64 keys ``[rows, H, 16]`` (0 = no page).
-    The cut ``n_rank = min(ceil((own - r) / CP), n_local)`` restores causality and never
-    reaches past what the scorer stored, also when own lies past the page table.
+    ``[rows]``; n_local: int64 ``[B]``. Returns int64 keys ``[rows, H, 16]`` (0 = no page;
+    short rows, which push nothing, get no pages). The cut
+    ``n_rank = min(ceil((own - r) / CP), n_local)`` restores causality and never reaches
+    past what the scorer stored, also when own lies past the page table.
     """
     batch, _, width = scores.shape
     heads = scores.shape[1] // SLOTS
     s = query_rows(scores, query_len, heads)  # [rows, H, W]
     rows = s.shape[0]
-    n_rank = rank_cut(own, n_local.repeat_interleave(query_len), cp, rank)
+    n_rank = torch.where(own + 1 > TOPK, rank_cut(own, n_local.repeat_interleave(query_len), cp, rank), 0)
     j = torch.arange(width, dtype=_I64)
     valid = (j[None, :] < n_rank[:, None])[:, None, :].expand(rows, heads, width)
     if bool(torch.isnan(s[valid]).any()):
@@ -166,15 +181,17 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
     tiles = [torch.full((batch, SLOTS, heads, HEAD_DIM), UNWRITTEN_Q, dtype=torch.uint8) for _ in range(cp)]
     recv = [torch.full((cp, rows, hr, TOPK), PENDING, dtype=_I64) for _ in range(cp)]
 
-    # 1. q exchange: every rank stores its heads' rows into every rank's tile ...
+    # 1. q exchange, long requests only: every rank stores its heads' rows into every
+    # rank's tile ...
+    long_reqs = long_requests(inputs.seq_lens)
     q_bytes = inputs.index_q.view(torch.uint8).view(batch, q, heads, HEAD_DIM)
     for r in range(cp):
         for h in layout.heads_of(r):
             for dst in range(cp):
-                tiles[dst][:, slots, h] = q_bytes[:, :, h]
+                tiles[dst][long_reqs, slots, h] = q_bytes[long_reqs, :, h]
     # ... then waits until its own tile rows hold no 0xFF byte.
     for r in range(cp):
-        if bool((tiles[r][:, slots] == UNWRITTEN_Q).any()):
+        if bool((tiles[r][long_reqs, slots] == UNWRITTEN_Q).any()):
             raise RuntimeError(f"rank {r}: q tile still holds 0xFF after the exchange (it would spin)")
 
     traces = []
@@ -197,7 +214,7 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
         traces[o].received = recv[o].clone()
         merged = merge_candidates(recv[o], own, o)
         recv[o].fill_(PENDING)
-        tiles[o][:, slots] = UNWRITTEN_Q
+        tiles[o][long_reqs, slots] = UNWRITTEN_Q
         traces[o].merged = merged
         for k, h in enumerate(layout.heads_of(o)):
             if o != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):

@@ -16,7 +16,15 @@ import reference
 from fast.backend import gpu_count
 from fast.cli import main
 from fast.launcher import RankError, RankPool
-from fast.programs import assemble, changing_queries_on_rank, decode_on_rank, graph_replay_on_rank, run_case, step_queries
+from fast.programs import (
+    assemble,
+    changing_queries_on_rank,
+    decode_on_rank,
+    graph_replay_on_rank,
+    run_case,
+    short_step_skipped_on_rank,
+    step_queries,
+)
 from fuzz.strategies import decode_configs
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.cp import HeadLayout
@@ -117,6 +125,24 @@ def test_back_to_back_with_two_replicas_and_new_queries(cp, heads):
         lens = short if (step // 2) % 2 == 0 else case.seq_lens
         got = assemble([{"heads": owned[r], "out": outs[r][step]} for r in range(cp)], heads)
         assert torch.equal(got, reference.full_decode(q, case.k_cache, case.block_table, lens, case.query_len)), f"step {step}"
+
+
+def test_a_step_without_long_rows_waits_for_nobody():
+    """Long, all-short, long steps of one layer; rank 1 skips the all-short step's forward.
+    Rank 0 must finish that step alone (no exchange, no wait: no request is long) and keep
+    its parity, so both ranks use the same buffer set in the third step. Had the short step
+    exchanged, rank 0 would have timed out; had it flipped the parity, the ranks would wait
+    on different sets in the third step."""
+    case = make_case(21, [seq_len_for(19, 3), seq_len_for(17, 0)], query_len=2, heads=4, pattern="exact")
+    short = torch.tensor([seq_len_for(2, 5), seq_len_for(15, 0)], dtype=torch.int32)
+    res = pool(2).run(short_step_skipped_on_rank, case.to_dict(), short, skip_rank=1, pdl=PDL)
+    assert [r["parity"] for r in res] == [[1, 1, 0], [1, 1, 0]]
+    want = reference.full_decode(*case.args())
+    want_short = reference.full_decode(case.index_q, case.k_cache, case.block_table, short, case.query_len)
+    for step, expect in enumerate([want, want_short, want]):
+        ran = [r for r in res if r["outs"][step] is not None]
+        got = torch.cat([r["outs"][step] for r in ran], dim=1)
+        assert torch.equal(got, expect[:, [h for r in ran for h in r["heads"]]]), f"step {step}"
 
 
 @pytest.mark.parametrize("cp", [_cp_param(2), _cp_param(4)])
