@@ -225,9 +225,6 @@ def merge_kernel(
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
-        if seq > _LONG_LEN:
-            pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
-            tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
     else:
         recv = peer_ptr(recv_ptrs, RANK, tl.int64) + parity * set_elems
         p = tl.arange(0, CP)
@@ -249,6 +246,9 @@ def merge_kernel(
                 best = best16(tl.reshape(keys, [CP * _TOPK]))
                 tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
             tl.store(recv + off, tl.full([CP, _TOPK], -1, tl.int64))
+    if seq > _LONG_LEN:  # only long requests were exchanged
+        if own + 1 <= _TOPK:
+            pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
         tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
     if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         if tl.load(err_ptr, volatile=True) != 0:
