@@ -20,7 +20,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -45,15 +45,18 @@ def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
     common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
+    options: dict = {}
     if kernel == "wgmma":
         constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
         signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
+        if (cap := max_registers(hs)) is not None:
+            options["maxnreg"] = cap  # as score_pages launches it
     else:
         constexprs = common | {"PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps})
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()

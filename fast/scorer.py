@@ -28,6 +28,7 @@ from .backend import pdl_options
 from .dequant_prmt import dequant_prmt, load_page_prmt
 from .jit_helpers import pdl_wait
 from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import max_registers as wgmma_max_registers
 from .scorer_wgmma import pages_per_program as wgmma_pages
 
 _PAGE = tl.constexpr(PAGE)
@@ -252,6 +253,8 @@ def score_pages(
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
             tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
+            if (cap := wgmma_max_registers(hs)) is not None:
+                tuning["maxnreg"] = cap
             kernel = _score_kernel_wgmma
         else:
             ppp = pages_per_program or PRMT_PAGES

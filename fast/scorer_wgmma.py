@@ -54,6 +54,16 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
     return ppp
 
 
+def max_registers(hs: int) -> int | None:
+    """The register cap the wgmma kernel is compiled with (None: the compiler's choice).
+
+    With N = 16 (Hs <= 2) ptxas picks 84 registers per thread, which fits 5 programs on an
+    SM (registers go out per warp in units of 256); capped at 80 — no spills — 6 fit, and
+    the kernel is ~5% faster (fast/PERF.md, 2026-11-30). At N >= 32 a cap spills and was
+    slower; 6 programs per SM at Hs = 4 (74 registers with one block ahead) gave nothing."""
+    return 80 if rows_for(hs) == 16 else None
+
+
 def rows_for(hs: int) -> int:
     """The MMA's N, for every scorer kernel: the tile's 8 * hs query rows rounded up to a
     power of two, at least 16 (tl.dot's minimum; in the wgmma kernel, N = 8 compiles but its

@@ -31,6 +31,20 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         assert stores > 16  # tl.dot stages the tile: the difference the test above relies on
 
 
+def test_register_cap_spills_nothing():
+    """The wgmma kernel at Hs <= 2 is compiled with a register cap (6 programs per SM
+    instead of 5: fast/PERF.md); a kernel change that makes the cap spill would silently
+    trade that gain for local-memory traffic."""
+    from fast.sass import scorer_sass
+    from fast.scorer_wgmma import max_registers
+
+    for hs in (1, 2):
+        usage, _ = scorer_sass("wgmma", hs, None, None)
+        regs = int(re.search(r"REG:(\d+)", usage).group(1))
+        assert regs <= max_registers(hs), usage
+        assert "STACK:0 " in usage and "LOCAL:0 " in usage, f"Hs = {hs}: the register cap spills ({usage})"
+
+
 def test_bench_report_prints_every_section():
     """The report renders a (made-up) result of every section without a GPU: a format error
     here would otherwise surface only at the end of a lent machine's benchmark run."""
