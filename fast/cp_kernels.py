@@ -220,8 +220,6 @@ def merge_kernel(
     own = (seq - QLEN + i) // _PAGE
     k = tl.arange(0, _TOPK)
     parity = tl.load(parity_ptr)
-    hw = tl.arange(0, H * _WORDS)
-    tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
@@ -249,6 +247,8 @@ def merge_kernel(
     if seq > _LONG_LEN:  # only long requests were exchanged
         if own + 1 <= _TOPK:
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
+        hw = tl.arange(0, H * _WORDS)
+        tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
         tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
     if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
         if tl.load(err_ptr, volatile=True) != 0:
