@@ -207,11 +207,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
         rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
-    # (tile staged through shared memory) at its default, and the wgmma kernel's pages per
-    # program and blocks ahead.
+    # (tile staged through shared memory) at its default, the wgmma kernel's pages per
+    # program and blocks ahead, and the wgmma kernel without its register cap.
     variants = [dict(dequant="table", pages_per_program=1), dict(dequant="prmt")] + [
         dict(dequant="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
-    ]
+    ] + [dict(dequant="wgmma", register_cap=None)]
     for hs in (1, 4):
         for variant in variants:
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)

@@ -209,6 +209,7 @@ def score_pages(
     num_warps: int = 4,
     tokens_per_dot: int | None = None,
     blocks_ahead: int | None = None,
+    register_cap: int | None | str = "auto",
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -223,7 +224,9 @@ def score_pages(
     of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or
     2, the wgmma kernel's 64-token blocks in flight while one is decoded (default
     WGMMA_DEPTH); tokens_per_dot: 64 or 128, the prmt kernel's tokens per MMA block (default
-    PRMT_TOKENS; wgmma: 64) and num_warps its warps (wgmma: 4, one warpgroup).
+    PRMT_TOKENS; wgmma: 64) and num_warps its warps (wgmma: 4, one warpgroup);
+    register_cap: the wgmma kernel's registers per thread, "auto" (``scorer_wgmma.
+    max_registers``), None (the compiler's choice) or 64..255 (the benchmark compares them).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -240,6 +243,8 @@ def score_pages(
         raise ValueError(f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)")
     if blocks_ahead not in (None, 1, 2) or (blocks_ahead and dequant != "wgmma"):
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
+    if register_cap != "auto" and (dequant != "wgmma" or not (register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255))):
+        raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
     if dequant != "table" and device.type != "cuda":
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
     rows = rows_for(hs)
@@ -253,7 +258,8 @@ def score_pages(
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
             tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
-            if (cap := wgmma_max_registers(hs)) is not None:
+            cap = wgmma_max_registers(hs) if register_cap == "auto" else register_cap
+            if cap is not None:
                 tuning["maxnreg"] = cap
             kernel = _score_kernel_wgmma
         else:

@@ -147,6 +147,8 @@ def test_bad_stock_forward_inputs(q, k, out, query_len, exc, name):
         pytest.param(dict(tokens_per_dot=32, dequant="prmt"), "tokens_per_dot", id="tokens-32"),
         pytest.param(dict(blocks_ahead=3, dequant="wgmma"), "blocks_ahead", id="ahead-3"),
         pytest.param(dict(blocks_ahead=2, dequant="table"), "blocks_ahead", id="ahead-on-table"),
+        pytest.param(dict(register_cap=300, dequant="wgmma"), "register_cap", id="cap-300"),
+        pytest.param(dict(register_cap=80, dequant="table"), "register_cap", id="cap-on-table"),
     ],
 )
 def test_bad_scorer_options_name_the_argument(kwargs, name):
