@@ -1,24 +1,30 @@
 """GPU dequantization of one NVFP4 page by byte permutes (DESIGN.md §3-§4), ~2 instructions
-per element and no table in memory.
+per element.
 
 For a group of 16 codes sharing scale s, every result is one of 8 magnitudes
-``T[m] = e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. One asm
-block per group (``GROUP_ASM``) first builds those 8 bytes in two registers
-(``_TABLE_BODY``): s to fp16 (``cvt``, exact), 4 fp16x2 products (exact: at most 6
-significant bits, within fp16's normal range) and 4 hardware round-to-nearest-even,
-saturating conversions to E4M3 — the contract's one rounding. Then, per 32-bit half of the
-group's 64-bit code word (``_DECODE_HALF``), it looks the 3-bit magnitudes up with ``prmt``
-(one per 4 codes), spreads the sign bits to byte MSBs with ``prmt``'s sign-replicate mode,
-XORs them in (a sign flip, so negative scales stay exact too), and widens E4M3 pairs to fp16
-pairs with ``cvt`` (exact). Inline PTX exists on GPUs only; the interpreter uses the table
-gather in ``scorer.py``, and ``tests/test_gpu_dequant.py`` checks this path against the
-reference on every (scale byte, code) pair.
+``T[m] = e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. Those 8
+bytes (the group's *table*, two registers) come either from the scale byte in the asm itself
+(``GROUP_ASM``, ``_TABLE_BODY``: s to fp16 with ``cvt``, exact; 4 fp16x2 products, exact: at
+most 6 significant bits, within fp16's normal range; 4 hardware round-to-nearest-even,
+saturating conversions to E4M3 — the contract's one rounding) or ready-made from a 2 KB
+table of all 256 scale bytes in memory (``GROUP_ASM_TABLED``, ``scale_tables``; the wgmma
+scorer: 5 of the 13 conversions per group gone, fast/PERF.md). Then, per 32-bit half of the
+group's 64-bit code word (``_DECODE_HALF``), the asm looks the 3-bit magnitudes up with
+``prmt`` (one per 4 codes), spreads the sign bits to byte MSBs with ``prmt``'s
+sign-replicate mode, XORs them in (a sign flip, so negative scales stay exact too), and
+widens E4M3 pairs to fp16 pairs with ``cvt`` (exact). Inline PTX exists on GPUs only; the
+interpreter uses the table gather in ``scorer.py``, and ``tests/test_gpu_dequant.py`` checks
+both paths against the reference on every (scale byte, code) pair.
 """
 
+import functools
+
+import torch
 import triton
 import triton.language as tl
 
 from reference.constants import CODE_BYTES
+from reference.nvfp4 import dequant_table
 
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
 
@@ -82,8 +88,13 @@ mov.b32 {$O6, $O7}, f3;
 """
 
 
-def _group_asm() -> str:
-    table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
+def _group_asm(table_from_scale: bool) -> str:
+    """One group's asm: $0..$15 fp16 codes, $16 the 64-bit code word, $17 the scale byte
+    (table_from_scale) or the group's two table words as one 64-bit operand (byte i = T[i])."""
+    if table_from_scale:
+        table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
+    else:
+        table = "mov.b64 {tlo, thi}, $17;\n"
     halves = []
     for h, word in enumerate(("wlo", "whi")):
         body = _DECODE_HALF.replace("WORD", word)
@@ -100,8 +111,23 @@ def _group_asm() -> str:
     )
 
 
-# Shared with scorer_wgmma.py, which applies it to its own layout of the same operands.
-GROUP_ASM = tl.constexpr(_group_asm())
+GROUP_ASM = tl.constexpr(_group_asm(table_from_scale=True))
+# scorer_wgmma.py's, which hands each group its table words from ``scale_tables``.
+GROUP_ASM_TABLED = tl.constexpr(_group_asm(table_from_scale=False))
+
+
+def scale_tables(device) -> torch.Tensor:
+    """int64 ``[256]``: entry s holds the 8 E4M3 bytes ``T[m] = e4m3(e2m1(m) * scale(s))``,
+    m = 0..7, byte m = T[m]: what ``_TABLE_BODY`` builds from scale byte s, by the
+    reference's rounding (``reference.nvfp4.dequant_table``; a negative scale's T[0] is -0
+    in both). Cached per device: no allocation inside a graph capture."""
+    return _scale_tables(str(device))
+
+
+@functools.cache
+def _scale_tables(device: str) -> torch.Tensor:
+    magnitudes = dequant_table()[:, :8].to(torch.float8_e4m3fn).view(torch.uint8).contiguous()
+    return magnitudes.view(torch.int64).reshape(256).to(device)
 
 
 @triton.jit

@@ -20,7 +20,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, mma_rows, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -44,17 +44,19 @@ def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block)."""
-    common = {"HS": hs, "ROWS": rows_for(hs), "PDL": False}
+    common = {"HS": hs, "PDL": False}
     options: dict = {}
     if kernel == "wgmma":
-        constexprs = common | {"PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
-        signature = {k: v for k, v in _SIGNATURE.items() if k != "TOK"} | {"DEPTH": "constexpr"}
+        constexprs = common | {"ROWS": mma_rows(hs), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
+        fields = list(_SIGNATURE.items())
+        fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
+        signature = {k: v for k, v in fields if k != "TOK"} | {"DEPTH": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
         if (cap := max_registers(hs)) is not None:
             options["maxnreg"] = cap  # as score_pages launches it
     else:
-        constexprs = common | {"PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
+        constexprs = common | {"ROWS": rows_for(hs), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -25,9 +25,9 @@ from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
 from .backend import pdl_options
-from .dequant_prmt import dequant_prmt, load_page_prmt
+from .dequant_prmt import dequant_prmt, load_page_prmt, scale_tables
 from .jit_helpers import pdl_wait
-from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, mma_rows, rows_for
 from .scorer_wgmma import max_registers as wgmma_max_registers
 from .scorer_wgmma import pages_per_program as wgmma_pages
 
@@ -250,23 +250,24 @@ def score_pages(
     rows = rows_for(hs)
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant != "table":
-        # the two GPU kernels take the same operands; pages also as int64 (16-byte code loads)
-        operands = (
-            q_tile.view(torch.uint8), q_sel, q_set_stride, pages_u8, pages_u8.view(torch.int64),
-            block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1),
-        )  # fmt: skip
+        # the two GPU kernels take the same operands (wgmma: and the scale tables); pages
+        # also as int64 (16-byte code loads)
+        pages = (pages_u8, pages_u8.view(torch.int64))
+        rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
-            tuning = dict(DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
+            tuning = dict(ROWS=mma_rows(hs), DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
             cap = wgmma_max_registers(hs) if register_cap == "auto" else register_cap
             if cap is not None:
                 tuning["maxnreg"] = cap
-            kernel = _score_kernel_wgmma
+            kernel, pages = _score_kernel_wgmma, (*pages, scale_tables(device))
         else:
             ppp = pages_per_program or PRMT_PAGES
-            tuning = dict(TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps)
+            tuning = dict(ROWS=rows, TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps)
             kernel = _score_kernel_prmt
-        kernel[(batch, triton.cdiv(width, ppp))](*operands, HS=hs, ROWS=rows, PPP=ppp, **tuning, **pdl_options(pdl))
+        kernel[(batch, triton.cdiv(width, ppp))](
+            q_tile.view(torch.uint8), q_sel, q_set_stride, *pages, *rest, HS=hs, PPP=ppp, **tuning, **pdl_options(pdl)
+        )
         return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
     # per op there. On a GPU one page per program keeps the tile in registers.

@@ -15,7 +15,15 @@ code bytes and 2 scale bytes. Each lane loads exactly those, decodes each group 
 ``prmt`` asm block of ``dequant_prmt.py`` (16 fp16 values), and joins / permutes them into
 the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compile time that
 no data moves between threads. q is gathered in the same order into a [128, ROWS] shared
-tile once per program. Scores equal the reference's within its fp32-order bound (the sum's
+tile once per program. Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
+bytes (``dequant_prmt.scale_tables``, an L1-resident load per group) instead of being
+computed per group (5 of 13 conversions; −4% at Hs = 1, fast/PERF.md).
+
+At Hs = 1 the MMA is Ampere's per-warp ``mma.sync`` m16n8k16 instead (same A fragment, q in
+registers): N = 8 needs no padding rows (wgmma's N is at least 16) and each warp runs on
+without waiting for its warpgroup at every block; ~8% faster there, but at Hs >= 2 its q
+operand and accumulators in registers cost programs per SM and it was 10–20% slower
+(``mma_rows``). Scores equal the reference's within its fp32-order bound (the sum's
 order differs); exact-arithmetic inputs give the same bits as every other path.
 
 Gluon (Triton's explicit-layout dialect) runs on GPUs only; the interpreter keeps the table
@@ -27,12 +35,13 @@ from __future__ import annotations
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 from triton.language.extra.cuda import gdc_wait
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 
-from .dequant_prmt import GROUP_ASM
+from .dequant_prmt import GROUP_ASM_TABLED
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -57,17 +66,24 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
 def max_registers(hs: int) -> int | None:
     """The register cap the wgmma kernel is compiled with (None: the compiler's choice).
 
-    With N = 16 (Hs <= 2) ptxas picks 84 registers per thread, which fits 5 programs on an
+    With N = 16 (Hs = 2) ptxas picks 84 registers per thread, which fits 5 programs on an
     SM (registers go out per warp in units of 256); capped at 80 — no spills — 6 fit, and
-    the kernel is ~5% faster (fast/PERF.md, 2026-11-30). At N >= 32 a cap spills and was
-    slower; 6 programs per SM at Hs = 4 (74 registers with one block ahead) gave nothing."""
-    return 80 if rows_for(hs) == 16 else None
+    the kernel is ~5% faster (fast/PERF.md, 2026-11-30); at Hs = 1 (mma.sync, N = 8) it
+    picks 94 and 80 spills nothing either. At N >= 32 a cap spills and was slower; 6
+    programs per SM at Hs = 4 (74 registers with one block ahead) gave nothing."""
+    return 80 if mma_rows(hs) <= 16 else None
+
+
+def mma_rows(hs: int) -> int:
+    """This kernel's N (its q tile's rows): 8 at Hs = 1 — the per-warp mma.sync, no padding
+    rows — else ``rows_for(hs)`` (wgmma)."""
+    return 8 if hs == 1 else rows_for(hs)
 
 
 def rows_for(hs: int) -> int:
-    """The MMA's N, for every scorer kernel: the tile's 8 * hs query rows rounded up to a
-    power of two, at least 16 (tl.dot's minimum; in the wgmma kernel, N = 8 compiles but its
-    q tile of 16-byte rows faulted on the H200: illegal address)."""
+    """The MMA's N for the Triton scorers and for wgmma: the tile's 8 * hs query rows rounded
+    up to a power of two, at least 16 (tl.dot's minimum; wgmma with N = 8 compiles but
+    faulted on the H200, illegal address — at Hs = 1 this kernel runs mma.sync instead)."""
     return max(16, triton.next_power_of_2(8 * hs))
 
 
@@ -122,11 +138,12 @@ def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks):
 
 
 @gluon.jit
-def _dequant_fragment(codes, scales, a_layout: gl.constexpr):
+def _dequant_fragment(codes, scales, tab_ptr, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
-    ``a_layout`` without moving data (checked at compile time)."""
+    ``a_layout`` without moving data (checked at compile time). tab_ptr: ``scale_tables``."""
+    tables = gl.load(tab_ptr + scales)  # each group's 8 magnitudes (int64), from L1
     o = gl.inline_asm_elementwise(
-        GROUP_ASM, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r", [codes, scales],
+        GROUP_ASM_TABLED, "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l", [codes, tables],
         dtype=(gl.float16,) * 16, is_pure=True, pack=1,
     )  # fmt: skip
     a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
@@ -161,19 +178,25 @@ def _score_kernel_wgmma(
     q_ptr, q_sel_ptr, q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
     k_ptr,  # uint8 [N, 9216] pages
     k64_ptr,  # the same memory as int64 [N, 1152]
+    tab_ptr,  # int64 [256]: dequant_prmt.scale_tables
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,  # as scorer._score_kernel
     HS: gl.constexpr,
-    ROWS: gl.constexpr,  # rows_for(HS)
+    ROWS: gl.constexpr,  # mma_rows(HS): 8 runs mma.sync, else wgmma
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
     PDL: gl.constexpr,
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP, in
-    64-token blocks (one wgmma each; the 4 warps hold 16 tokens each). Each warp keeps its
+    64-token blocks (one wgmma, or one mma.sync per warp at ROWS = 8; the 4 warps hold 16
+    tokens each). Each warp keeps its
     own maxima of every page in shared memory; one barrier and one cross-warp max per
     program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
     instructions at Hs = 4: fast/PERF.md)."""
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
+    # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp
+    if ROWS == 8:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
+    else:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
     b = gl.program_id(0)
     first = gl.program_id(1) * PPP
@@ -195,6 +218,8 @@ def _score_kernel_wgmma(
         q_smem = gl.allocate_shared_memory(gl.float16, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], gl.float16), q16)
         fence_async_shared()
         gl.thread_barrier()
+        if ROWS == 8:  # mma.sync takes q from registers: loaded once
+            q_regs = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
         # warp w's maxima of page i at [i, w, :]
         maxima = gl.allocate_shared_memory(gl.float32, [PPP, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
 
@@ -210,8 +235,11 @@ def _score_kernel_wgmma(
         for i in range(PPP):
             for h in gl.static_range(2):  # the page's two blocks
                 cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
-                a = _dequant_fragment(c0, s0, a_layout)
-                acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
+                a = _dequant_fragment(c0, s0, tab_ptr, a_layout)
+                if ROWS == 8:
+                    acc = mma_v2(a, q_regs, zeros)
+                else:
+                    acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
                 run = _page_max(acc, run, h, maxima, i)
                 c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
 
