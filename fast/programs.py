@@ -247,7 +247,9 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     the first layer's wait for the slowest rank's launch (host skew between the processes,
     paid once per step, not per layer) cancels out; ``{path}_first_us`` is the short graph's
     time per layer, skew included. Plus each path's scorer alone and the stock top-16
-    alone, timed the same way (median of ``reps``), and the CP stages of eager forwards
+    alone, by the same difference (so ``cp_us - cp_score_us`` compares the same layers: the
+    second half of a long graph runs slower than the first at the largest sizes, ~4% at
+    1M / 64), each graph's time the median of ``reps``, and the CP stages of eager forwards
     (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``). Every rank draws the same inputs."""
     import torch.distributed as dist
 
@@ -294,6 +296,10 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
             fn(*args)
         return g.replay
 
+    def per_layer(fn, *args) -> float:
+        """µs per layer of fn(caches[:n], *args): (T(2 * layers) - T(layers)) / layers."""
+        return timed(graphed(fn, caches[: 2 * layers], *args)) - timed(graphed(fn, caches[:layers], *args))  # each / layers
+
     result = {}
     for path in ("stock", "cp"):
         if path == "cp":
@@ -315,15 +321,15 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
                 decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
             result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = random_tile(batch, heads, gen, dev)
-            result["cp_score_us"] = timed(graphed(_score_layers, tile, caches[:layers], s.plan.block_table, s.plan.score_lens, s.plan.scores))
+            result["cp_score_us"] = per_layer(_score_layers, tile, s.plan.block_table, s.plan.score_lens, s.plan.scores)
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]
-            result["stock_score_us"] = timed(graphed(_score_layers, tile, caches[:layers], table, lens, scores))
-            result["stock_top16_us"] = timed(graphed(_select_layers, decode, s.out[0], query_len, layers))
+            result["stock_score_us"] = per_layer(_score_layers, tile, table, lens, scores)
+            result["stock_top16_us"] = per_layer(_select_layers, decode, s.out[0], query_len)
     return result
 
 
-def _score_layers(tile, caches, table, lens, scores) -> None:
+def _score_layers(caches, tile, table, lens, scores) -> None:
     """The scorer once per layer cache (the benchmark's scorer-alone graphs)."""
     from .scorer import score_pages
 
@@ -331,7 +337,8 @@ def _score_layers(tile, caches, table, lens, scores) -> None:
         score_pages(tile, cache, table, lens, scores)
 
 
-def _select_layers(decode, out, query_len: int, layers: int) -> None:
-    """The stock top-16 stage once per layer (the benchmark's top-16-alone graphs)."""
-    for _ in range(layers):
+def _select_layers(caches, decode, out, query_len: int) -> None:
+    """The stock top-16 stage once per layer cache (the benchmark's top-16-alone graphs; it
+    reads the scores, not the caches)."""
+    for _ in caches:
         decode.select(out, query_len)
