@@ -6,6 +6,7 @@ Triton reads ``TRITON_INTERPRET`` when a kernel is defined.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -54,6 +55,12 @@ def resolve_device(device) -> "torch.device":
     if device.type == "cuda" and device.index is None:
         return torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+@functools.cache
+def sm_count(device: str) -> int:
+    """Streaming multiprocessors of a CUDA device (cached: launch-time grid policies)."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def pdl_options(pdl: bool) -> dict:

@@ -223,18 +223,23 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 
 def select_section(device, gen) -> list[dict]:
     """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
-    L2: the select's own time. (4, 8 and 16 warps per program measured alike on the H200:
-    one program per row and head is latency-bound, fast/PERF.md.)"""
-    from .stock import StockDecode
+    L2: the select's own time, with its rows split over programs as the decode does
+    (``stock.select_split``) and unsplit. (4, 8 and 16 warps per program measured alike on
+    the H200: one program per row and head is latency-bound, fast/PERF.md.)"""
+    from .backend import sm_count
+    from .stock import StockDecode, select_split
 
     rows = []
     for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):
-        decode = StockDecode(heads=2, max_reqs=batch, device=device)
-        table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
-        decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
-        decode._scores[batch].copy_(torch.randn(decode._scores[batch].shape, generator=gen))
-        out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
-        rows.append({"pages": pages, "batch": batch, "heads": 2, "us": graph_time_us(lambda _: decode.select(out, 1), 8)})
+        split = select_split(batch * 2, pages, sm_count(str(device)))
+        for s in sorted({split, 1}, reverse=True):
+            decode = StockDecode(heads=2, max_reqs=batch, device=device, split=s)
+            table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
+            decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
+            decode._scores[batch].copy_(torch.randn(decode._scores[batch].shape, generator=gen))
+            out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
+            us = graph_time_us(lambda _: decode.select(out, 1), 8)
+            rows.append({"pages": pages, "batch": batch, "heads": 2, "split": s, "default": s == split, "us": us})
     return rows
 
 
@@ -310,9 +315,9 @@ def print_report(report: dict, file=sys.stdout) -> None:
         for r in report["torch_stock"]:
             print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
     if report.get("select"):
-        print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call", file=file)
+        print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call, by programs per row", file=file)
         for r in report["select"]:
-            print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}: {r['us']:.1f}", file=file)
+            print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{'' if r['default'] else '  (not the default)'}", file=file)
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)

@@ -24,7 +24,7 @@ from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
-from .backend import pdl_options
+from .backend import pdl_options, sm_count
 from .dequant_prmt import dequant_prmt, load_page_prmt, scale_tables
 from .jit_helpers import pdl_wait
 from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, mma_rows, rows_for
@@ -46,11 +46,6 @@ def dequant_lut(device: str) -> torch.Tensor:
     Built once per device by torch's (correct) conversion; every E4M3 value is exact in fp16.
     """
     return dequant_table().to(torch.float16).reshape(-1).contiguous().to(device)
-
-
-@functools.cache
-def _sm_count(device: str) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @functools.cache
@@ -255,7 +250,7 @@ def score_pages(
         pages = (pages_u8, pages_u8.view(torch.int64))
         rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
-            ppp = pages_per_program or wgmma_pages(batch, width, _sm_count(str(device)))
+            ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)))
             tuning = dict(ROWS=mma_rows(hs), DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
             cap = wgmma_max_registers(hs) if register_cap == "auto" else register_cap
             if cap is not None:

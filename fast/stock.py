@@ -4,6 +4,8 @@ table, rank by MiniMax's 16-bit key (DESIGN.md §5). It is what CP replaces and 
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -11,8 +13,8 @@ import triton.language as tl
 from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
-from .backend import pdl_options, resolve_device
-from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, short_row, top16
+from .backend import pdl_options, resolve_device, sm_count
+from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, select16, short_row, top16
 from .scorer import score_pages
 from .select_shape import SelectShape
 
@@ -49,12 +51,16 @@ def _stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
     out_ptr,  # int32 [rows, HS, 16]
+    part_ptr,  # int64 [rows, HS, SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    count_ptr,  # int32 [rows, HS]: slices done (0 between calls)
     P,  # pages the table holds
     stride_sb,
     stride_sr,
     HS: tl.constexpr,
     QLEN: tl.constexpr,
-    CHUNK: tl.constexpr,
+    WIDTH: tl.constexpr,  # the row's columns rounded up to a power of two
+    SPLIT: tl.constexpr,  # programs per row (program_id(2)), each WIDTH // SPLIT columns
+    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice
     SUPERS: tl.constexpr,
     PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
@@ -62,10 +68,16 @@ def _stock_topk_kernel(
     SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15."""
+    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15.
+
+    With SPLIT > 1 (few rows: one program per row would leave the GPU idle while it runs
+    three dependent selects) slice s of the row, columns [s * W / SPLIT, (s + 1) * W /
+    SPLIT), takes its own top 16; the row's last slice to finish selects the 16 best of the
+    SPLIT * 16. Exact: keys are unique and the best 16 of a row are among its slices' best."""
     pdl_wait(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
+    s = tl.program_id(2)
     b = t // QLEN
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
@@ -73,31 +85,69 @@ def _stock_topk_kernel(
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
     if own + 1 <= _TOPK:
-        tl.store(dst, short_row(k, own))
+        if s == 0:
+            tl.store(dst, short_row(k, own))
     else:
         n = tl.minimum(own, P)
         row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
-        # The row's range in one load of the whole (padded) row, not a loop over chunks (at
-        # 8192 columns that was a chain of 8 dependent loads before the select could start).
+        # The whole row's range (every slice keys by it) in one load of the whole (padded)
+        # row, not a loop over chunks (at 8192 columns that was a chain of 8 dependent loads
+        # before the select could start).
         if n <= CHUNK:
             lo, hi = _row_range(row_ptr, tl.arange(0, CHUNK), n)
         else:
-            lo, hi = _row_range(row_ptr, tl.arange(0, SUPERS * PER_SUPER * GROUP), n)
+            lo, hi = _row_range(row_ptr, tl.arange(0, WIDTH), n)
         span = hi - lo
         scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
         bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
-        best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-        tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
+        if SPLIT == 1:
+            best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
+        else:
+            first = s * (WIDTH // SPLIT)
+            # keys of the slice's columns as of page 0: a page's key field is 0xFFFF - page,
+            # so the row's key is the slice's minus first (0, no page, stays 0)
+            mine = top16(row_ptr + first, tl.minimum(tl.maximum(n - first, 0), WIDTH // SPLIT), KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
+            tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first, 0))
+            # Every thread's store before the count (bar.sync), the count acq_rel at GPU
+            # scope: the last slice sees every other slice's keys.
+            tl.debug_barrier()
+            if tl.atomic_add(count_ptr + t * HS + h, 1, sem="acq_rel") == SPLIT - 1:
+                best = select16(tl.load(parts + tl.arange(0, SPLIT * _TOPK), volatile=True), SORT)
+                tl.store(count_ptr + t * HS + h, 0)
+                tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
+
+
+MAX_SPLIT = 16  # most programs per row of the top-16
+MIN_SLICE = 512  # fewest columns per program when a row is split
+
+
+def select_split(programs: int, width: int, sms: int) -> int:
+    """Programs per row for the stock top-16 of ``programs`` rows x heads over ``width``
+    columns on ``sms`` SMs: doubled from 1 while the grid stays within half the SMs and each
+    slice keeps MIN_SLICE columns (a row's three dependent selects take ~10 µs at 8192
+    columns, however few rows there are: fast/PERF.md)."""
+    padded = triton.next_power_of_2(max(width, 16))
+    split = 1
+    while split < MAX_SPLIT and programs * split * 4 <= sms and padded // (2 * split) >= MIN_SLICE:
+        split *= 2
+    return split
 
 
 class StockDecode:
     """One rank's stock decode for its ``heads`` index heads (per-process, per-layer-free).
 
     plan() once per step (fixes the score width at the first call), forward() per layer.
-    Buffers are per batch size, so forward is CUDA-graph safe between plans.
+    Buffers are per batch size, so forward is CUDA-graph safe between plans. split: the
+    top-16's programs per row (a power of two up to MAX_SPLIT; None: ``select_split`` on a
+    GPU, 1 elsewhere; fewer where a slice would hold under 16 columns).
     """
 
-    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
+    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False, split: int | None = None):
+        if split is not None and (not isinstance(split, int) or split < 1 or split > MAX_SPLIT or split & (split - 1)):
+            raise ValueError(f"split: {split!r} (a power of two, 1..{MAX_SPLIT}, or None)")
+        self.split = split
         self.heads = heads
         self.max_reqs = max_reqs
         self.device = resolve_device(device)
@@ -106,6 +156,7 @@ class StockDecode:
         self.shape: SelectShape | None = None
         self._tiles: dict[int, torch.Tensor] = {}
         self._scores: dict[int, torch.Tensor] = {}
+        self._parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the split select's
         self.block_table: torch.Tensor | None = None
         self.seq_lens: torch.Tensor | None = None
 
@@ -121,6 +172,12 @@ class StockDecode:
         if batch not in self._tiles:
             self._tiles[batch] = torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
             self._scores[batch] = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
+            # per (row, head): MAX_SPLIT slices' keys and a count (zero between calls)
+            rows = batch * SLOTS * self.heads
+            self._parts[batch] = (
+                torch.zeros(rows * MAX_SPLIT * TOPK, dtype=torch.int64, device=self.device),
+                torch.zeros(rows, dtype=torch.int32, device=self.device),
+            )
         self.block_table = block_table
         self.seq_lens = seq_lens
 
@@ -143,16 +200,26 @@ class StockDecode:
         (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
-        shape = self.shape
-        _stock_topk_kernel[(batch * query_len, self.heads)](
+        padded = triton.next_power_of_2(max(self.width, 16))
+        split = self.split
+        if split is None:
+            split = select_split(batch * query_len * self.heads, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
+        split = min(split, padded // 16)  # tl.topk's 16 of at least 16
+        shape = self.shape if split == 1 else _slice_shape(padded // split, self.shape.chunk)
+        parts, count = self._parts[batch]
+        _stock_topk_kernel[(batch * query_len, self.heads, split)](
             scores,
             self.seq_lens,
             out,
+            parts,
+            count,
             min(self.block_table.shape[1], MAX_PAGES),
             scores.stride(0),
             scores.stride(1),
             HS=self.heads,
             QLEN=query_len,
+            WIDTH=padded,
+            SPLIT=split,
             CHUNK=shape.chunk,
             SUPERS=shape.supers,
             PER_SUPER=shape.per_super,
@@ -162,3 +229,8 @@ class StockDecode:
             **pdl_options(self.pdl),
         )
         return out
+
+
+@functools.cache
+def _slice_shape(columns: int, max_chunk: int) -> SelectShape:
+    return SelectShape.for_width(columns, max_chunk)

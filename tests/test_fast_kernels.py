@@ -101,10 +101,10 @@ def test_fmaf_rounds_once_on_this_backend(triples):
     assert torch.equal(out.cpu().view(torch.int32), want.view(torch.int32)) or torch.equal(out.cpu(), want)
 
 
-def _stock_case(cfg: DecodeConfig, max_chunk: int):
+def _stock_case(cfg: DecodeConfig, max_chunk: int, split: int | None = None):
     case = cfg.build()
     layout_heads = case.index_q.shape[1]
-    sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV)
+    sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV, split=split)
     sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
     out = on(torch.full((case.index_q.shape[0], layout_heads, 16), -7, dtype=torch.int32))
@@ -113,17 +113,46 @@ def _stock_case(cfg: DecodeConfig, max_chunk: int):
 
 
 @settings(max_examples=20)
-@given(decode_configs(max_pages=60), st.sampled_from([1024, 16]))
-def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk):
+@given(decode_configs(max_pages=60), st.sampled_from([1024, 16]), st.sampled_from([1, 2, 4]))
+def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk, split):
     """Selection exactly: the kernel's own scores through the reference's stock selection.
-    max_chunk 16 forces the three-level select on rows longer than 16 pages."""
-    case, sd, out = _stock_case(cfg, max_chunk)
+    max_chunk 16 forces the three-level select on rows longer than 16 pages (with split,
+    on slices longer than 16); split > 1 splits each row over programs."""
+    case, sd, out = _stock_case(cfg, max_chunk, split)
     batch, q, heads = len(cfg.seq_lens), case.query_len, case.index_q.shape[1]
     width = min(case.block_table.shape[1], 8192)
     scores = sd._scores[batch].cpu().view(batch, 8, heads, sd.width)[:, 8 - q :, :, :width]
     rows = scores.reshape(batch * q * heads, width)
     own = own_pages(case.seq_lens, q).repeat_interleave(heads)
     assert torch.equal(out.view(-1, 16), select(rows, own, width, key="stock"))
+
+
+def test_split_stock_topk_rearms_and_repeats():
+    """A split select leaves its slice counts at zero, so the next call (a graph replay)
+    selects again — to the same pages as the unsplit select."""
+    case = make_case(4, [seq_len_for(60, 5), seq_len_for(3, 0), seq_len_for(45, 1)], query_len=2, heads=2)
+    outs = []
+    for split in (1, 4):
+        sd = StockDecode(heads=2, max_reqs=3, device=DEV, split=split)
+        sd.plan(on(case.block_table), on(case.seq_lens))
+        for _ in range(2):
+            out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+            sd.forward(on(case.index_q), on(case.k_cache), out, case.query_len)
+            outs.append(out.cpu())
+            assert int(sd._parts[3][1].abs().sum()) == 0
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+def test_select_split_policy_and_validation():
+    from fast.stock import MAX_SPLIT, select_split
+
+    assert select_split(2, 8192, 132) == MAX_SPLIT  # batch 1, 2 heads: slices of 512
+    assert select_split(2, 2048, 132) == 4  # slices keep 512 columns
+    assert select_split(64, 8192, 132) == 1  # 64 rows fill the SMs already
+    assert select_split(2, 300, 132) == 1
+    for bad in (0, 3, 32, 2.0):
+        with pytest.raises(ValueError, match="split"):
+            StockDecode(heads=1, max_reqs=1, device=DEV, split=bad)
 
 
 @settings(max_examples=20)

@@ -61,11 +61,12 @@ def test_bench_report_prints_every_section():
         "scorer": [{"context": 8192, "batch": 1, "hs": 1, "us": 3.0, "GBps": 200.0, "of_read_ceiling": 0.04},
                    {"context": 131072, "batch": 8, "hs": 4, "us": 40.0, "GBps": 1800.0, "of_read_ceiling": 0.4, "variant": {"dequant": "prmt"}}],  # fmt: skip
         "torch_stock": [{"context": 8192, "batch": 1, "query_len": 1, "us": 70.0}],
-        "select": [{"pages": 8192, "batch": 1, "heads": 2, "us": 13.0}],
+        "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "us": 5.0},
+                   {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "us": 13.0}],  # fmt: skip
         "world": 2,
         "layers": [layer],
     }
     out = io.StringIO()
     print_report(report, out)
     text = out.getvalue()
-    assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "8192 pages  batch   1: 13.0" in text
+    assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
