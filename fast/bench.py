@@ -227,7 +227,8 @@ def select_section(device, gen) -> list[dict]:
     (``stock.select_split``) and unsplit. (4, 8 and 16 warps per program measured alike on
     the H200: one program per row and head is latency-bound, fast/PERF.md.)"""
     from .backend import sm_count
-    from .stock import StockDecode, select_split
+    from .select_shape import select_split
+    from .stock import StockDecode
 
     rows = []
     for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):

@@ -17,11 +17,11 @@ from reference.cp import HeadLayout, compact_width
 from reference.validate import check_int
 
 from . import checks
-from .backend import pdl_options
+from .backend import pdl_options, sm_count
 from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, SelectShape
+from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, fit_split, select_split, slice_shape
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -107,8 +107,12 @@ class IndexerDecodeCP:
     ``[(r // R) * Hr, (r // R + 1) * Hr)`` (Hr = max(1, H / CP), R = max(1, CP / H)).
     """
 
-    def __init__(self, *, heads: int, max_reqs: int, symm: Symmetric, spin_limit: int | None = None, pdl: bool = False, max_chunk: int = MAX_CHUNK):
+    def __init__(
+        self, *, heads: int, max_reqs: int, symm: Symmetric, spin_limit: int | None = None, pdl: bool = False, max_chunk: int = MAX_CHUNK,
+        split: int | None = None,
+    ):  # fmt: skip
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
+        check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
@@ -127,6 +131,11 @@ class IndexerDecodeCP:
         self._tile_words = max_reqs * SLOTS * heads * HEAD_DIM // 4
         self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
         self._plans: dict[int, CPPlan] = {}
+        # the push's programs per row (None: select_split on a GPU), its slices' keys and
+        # per-(row, head) counts (zero between calls)
+        self.split = split
+        self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
+        self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
     def new_layer(self) -> CPLayer:
         """Collective: every rank builds its layers in the same order."""
@@ -204,11 +213,17 @@ class IndexerDecodeCP:
             q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl,
         )  # fmt: skip
         clock.lap("score")
-        s = self.shape
-        push_kernel[(rows, self.heads)](
-            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error,
+        programs = rows * self.heads
+        split = self.split
+        if split is None:
+            split = select_split(programs, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
+        split = fit_split(split, programs, self.width)
+        padded = triton.next_power_of_2(max(self.width, 16))
+        s = self.shape if split == 1 else slice_shape(padded // split, self.max_chunk)
+        push_kernel[(rows, self.heads, split)](
+            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),
-            H=self.heads, HR=hr, R=self.layout.replicas,
+            H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=padded // split,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda", **common,
         )  # fmt: skip
         clock.lap("push")

@@ -34,6 +34,7 @@ from .jit_helpers import (
     pdl_release,
     pdl_wait,
     peer_ptr,
+    select16,
     short_row,
     top16,
 )
@@ -139,6 +140,8 @@ def push_kernel(
     recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
     parity_ptr,  # int64 [1]
     err_ptr,  # int32 [1]
+    part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    count_ptr,  # int32 [rows * H]: slices done (0 between calls)
     rows_max,
     set_elems,
     stride_sb,
@@ -149,7 +152,9 @@ def push_kernel(
     CP: tl.constexpr,
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
-    CHUNK: tl.constexpr,
+    SPLIT: tl.constexpr,  # programs per row (program_id(2)), each SLICE columns
+    SLICE: tl.constexpr,
+    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice (the row if SPLIT 1)
     SUPERS: tl.constexpr,
     PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
@@ -158,27 +163,52 @@ def push_kernel(
 ):
     """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
     stored into slot RANK of every owner's candidates. Releasing the merge right after its
-    own wait means: when the merge runs, the scorer has finished reading the q tile."""
+    own wait means: when the merge runs, the scorer has finished reading the q tile.
+
+    With SPLIT > 1 (few rows) slice s, the row's columns [s * SLICE, (s + 1) * SLICE),
+    takes its own top 16 and the row's last slice to finish pushes the 16 best of them
+    (exact, as in the stock top-16: keys are unique)."""
     pdl_wait(PDL)
     pdl_release(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
+    s = tl.program_id(2)
     b = t // QLEN
     i = t % QLEN
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
-    # After an exchange timeout this rank's scores are garbage: push nothing, so the owners
-    # time out too rather than merge it.
-    if (own + 1 > _TOPK) & (tl.load(err_ptr) == 0):
+    if own + 1 > _TOPK:
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, tl.load(n_local_ptr + b))
         slot = (_SLOTS - QLEN) + i
         row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-        best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
         k = tl.arange(0, _TOPK)
-        off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
-        for rep in tl.static_range(R):
-            tl.store(peer_ptr(recv_ptrs, (h // HR) * R + rep, tl.int64) + off, best)
+        if SPLIT == 1:
+            best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            push = True
+        else:
+            first = s * SLICE
+            parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
+            if first < n_rank:
+                mine = top16(row_ptr + first, tl.minimum(n_rank - first, SLICE), KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+                # the slice's keys as of column 0: page (j + first) * CP + RANK, key field 0xFFFF - page
+                tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first * CP, 0))
+            else:  # past the row (its width is rounded up to a power of two): no page
+                tl.store(parts + s * _TOPK + k, tl.zeros([_TOPK], tl.int64))
+            # Every thread's store before the count (bar.sync), the count acq_rel at GPU
+            # scope: the last slice sees every other slice's keys.
+            tl.debug_barrier()
+            push = tl.atomic_add(count_ptr + t * H + h, 1, sem="acq_rel") == SPLIT - 1
+            if push:
+                best = select16(tl.load(parts + tl.arange(0, SPLIT * _TOPK), volatile=True), SORT)
+                tl.store(count_ptr + t * H + h, 0)
+        # After an exchange timeout this rank's scores are garbage: push nothing, so the
+        # owners time out too rather than merge it. (Read by the pushing program only: the
+        # flag only ever goes from 0 to set within a step.)
+        if push & (tl.load(err_ptr, volatile=True) == 0):
+            off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
+            for rep in tl.static_range(R):
+                tl.store(peer_ptr(recv_ptrs, (h // HR) * R + rep, tl.int64) + off, best)
 
 
 @triton.jit

@@ -25,6 +25,7 @@ def decode_on_rank(
     steps: int = 1,
     spin_limit: int | None = None,
     max_chunk: int | None = None,
+    split: int | None = None,
     skip_forward: bool = False,
     poison: bool = False,
     time_stages: bool = False,
@@ -42,6 +43,7 @@ def decode_on_rank(
     every forward, so a read of a column the scorer did not write would rank first.
     ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
     ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
+    ``max_chunk`` / ``split``: the top-16 select's (``IndexerDecodeCP``, ``StockDecode``).
     ``"path"`` in the result says which path ran.
     """
     c = _to(ctx.device, case)
@@ -50,7 +52,7 @@ def decode_on_rank(
     owned = list(layout.heads_of(ctx.rank))
     rows = q.shape[0]
     batch = c["seq_lens"].shape[0]
-    extra = {} if max_chunk is None else {"max_chunk": max_chunk}
+    extra = {"split": split} | ({} if max_chunk is None else {"max_chunk": max_chunk})
     if path not in ("cp", "stock", "auto"):
         raise ValueError(f"path: expected 'cp', 'stock' or 'auto', got {path!r}")
     state = None
@@ -64,7 +66,7 @@ def decode_on_rank(
         state = state or IndexerDecodeCP(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, pdl=pdl, **extra)
         layer = state.new_layer()
     else:
-        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl)
+        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)
     q_mine = q[:, owned].contiguous()
     outs = []
     stages: dict | None = None

@@ -1,7 +1,9 @@
-"""The shape of the top-16 select over a row of W score columns (fixed per plan)."""
+"""The shape of the top-16 select over a row of W score columns (fixed per plan), and how
+many programs share a row when there are few rows (``select_split``)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import triton
@@ -9,6 +11,9 @@ import triton
 MAX_CHUNK = 1024  # rows up to this many columns take a single select
 MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima first
 MAX_GROUP = 8  # columns per group of the last level
+MAX_SPLIT = 16  # most programs per row of a split select
+MIN_SLICE = 512  # fewest columns per program the policy splits a row into
+SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 
 
 @dataclass(frozen=True)
@@ -33,3 +38,36 @@ class SelectShape:
         rest = padded // supers
         group = min(MAX_GROUP, rest)
         return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)
+
+
+def check_split(split) -> None:
+    """Raise ValueError unless split is None (the policy) or a power of two up to MAX_SPLIT."""
+    if split is not None and (type(split) is not int or not 1 <= split <= MAX_SPLIT or split & (split - 1)):
+        raise ValueError(f"split: {split!r} (a power of two, 1..{MAX_SPLIT}, or None)")
+
+
+def select_split(programs: int, width: int, sms: int) -> int:
+    """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
+    ``sms`` SMs: doubled from 1 while the grid stays within a quarter of the SMs' worth and
+    each slice keeps MIN_SLICE columns (a row's three dependent selects take ~10 µs at 8192
+    columns however few rows there are; 16 slices of 512: 6.5 µs, fast/PERF.md)."""
+    padded = triton.next_power_of_2(max(width, 16))
+    split = 1
+    while split < MAX_SPLIT and programs * split * 4 <= sms and padded // (2 * split) >= MIN_SLICE:
+        split *= 2
+    return split
+
+
+def fit_split(split: int, programs: int, width: int) -> int:
+    """``split`` halved until the grid fits the scratch (SPLIT_PROGRAMS) and every slice
+    holds at least 16 columns (a select takes 16 of at least 16)."""
+    padded = triton.next_power_of_2(max(width, 16))
+    while split > 1 and (programs * split > SPLIT_PROGRAMS or padded // split < 16):
+        split //= 2
+    return split
+
+
+@functools.cache
+def slice_shape(columns: int, max_chunk: int = MAX_CHUNK) -> SelectShape:
+    """The select shape of one slice of a split row (cached: chosen per launch)."""
+    return SelectShape.for_width(columns, max_chunk)

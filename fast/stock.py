@@ -4,8 +4,6 @@ table, rank by MiniMax's 16-bit key (DESIGN.md §5). It is what CP replaces and 
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import triton
 import triton.language as tl
@@ -16,7 +14,7 @@ from . import checks
 from .backend import pdl_options, resolve_device, sm_count
 from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, select16, short_row, top16
 from .scorer import score_pages
-from .select_shape import SelectShape
+from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, fit_split, select_split, slice_shape
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -51,8 +49,8 @@ def _stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
     out_ptr,  # int32 [rows, HS, 16]
-    part_ptr,  # int64 [rows, HS, SPLIT, 16]: the slices' top 16 (SPLIT > 1)
-    count_ptr,  # int32 [rows, HS]: slices done (0 between calls)
+    part_ptr,  # int64 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
     P,  # pages the table holds
     stride_sb,
     stride_sr,
@@ -105,11 +103,14 @@ def _stock_topk_kernel(
             tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
         else:
             first = s * (WIDTH // SPLIT)
-            # keys of the slice's columns as of page 0: a page's key field is 0xFFFF - page,
-            # so the row's key is the slice's minus first (0, no page, stays 0)
-            mine = top16(row_ptr + first, tl.minimum(tl.maximum(n - first, 0), WIDTH // SPLIT), KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
-            tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first, 0))
+            if first < n:
+                # keys of the slice's columns as of page 0: a page's key field is 0xFFFF - page,
+                # so the row's key is the slice's minus first (0, no page, stays 0)
+                mine = top16(row_ptr + first, tl.minimum(n - first, WIDTH // SPLIT), KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+                tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first, 0))
+            else:  # past the row's pages: no page
+                tl.store(parts + s * _TOPK + k, tl.zeros([_TOPK], tl.int64))
             # Every thread's store before the count (bar.sync), the count acq_rel at GPU
             # scope: the last slice sees every other slice's keys.
             tl.debug_barrier()
@@ -119,34 +120,17 @@ def _stock_topk_kernel(
                 tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
 
 
-MAX_SPLIT = 16  # most programs per row of the top-16
-MIN_SLICE = 512  # fewest columns per program when a row is split
-
-
-def select_split(programs: int, width: int, sms: int) -> int:
-    """Programs per row for the stock top-16 of ``programs`` rows x heads over ``width``
-    columns on ``sms`` SMs: doubled from 1 while the grid stays within half the SMs and each
-    slice keeps MIN_SLICE columns (a row's three dependent selects take ~10 µs at 8192
-    columns, however few rows there are: fast/PERF.md)."""
-    padded = triton.next_power_of_2(max(width, 16))
-    split = 1
-    while split < MAX_SPLIT and programs * split * 4 <= sms and padded // (2 * split) >= MIN_SLICE:
-        split *= 2
-    return split
-
-
 class StockDecode:
     """One rank's stock decode for its ``heads`` index heads (per-process, per-layer-free).
 
     plan() once per step (fixes the score width at the first call), forward() per layer.
     Buffers are per batch size, so forward is CUDA-graph safe between plans. split: the
     top-16's programs per row (a power of two up to MAX_SPLIT; None: ``select_split`` on a
-    GPU, 1 elsewhere; fewer where a slice would hold under 16 columns).
+    GPU, 1 elsewhere; ``fit_split`` lowers it to what the scratch and the row hold).
     """
 
     def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False, split: int | None = None):
-        if split is not None and (not isinstance(split, int) or split < 1 or split > MAX_SPLIT or split & (split - 1)):
-            raise ValueError(f"split: {split!r} (a power of two, 1..{MAX_SPLIT}, or None)")
+        check_split(split)
         self.split = split
         self.heads = heads
         self.max_reqs = max_reqs
@@ -156,7 +140,9 @@ class StockDecode:
         self.shape: SelectShape | None = None
         self._tiles: dict[int, torch.Tensor] = {}
         self._scores: dict[int, torch.Tensor] = {}
-        self._parts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # the split select's
+        # the split select's slice keys and per-(row, head) counts (zero between calls)
+        self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
+        self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
         self.block_table: torch.Tensor | None = None
         self.seq_lens: torch.Tensor | None = None
 
@@ -172,12 +158,6 @@ class StockDecode:
         if batch not in self._tiles:
             self._tiles[batch] = torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
             self._scores[batch] = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
-            # per (row, head): MAX_SPLIT slices' keys and a count (zero between calls)
-            rows = batch * SLOTS * self.heads
-            self._parts[batch] = (
-                torch.zeros(rows * MAX_SPLIT * TOPK, dtype=torch.int64, device=self.device),
-                torch.zeros(rows, dtype=torch.int32, device=self.device),
-            )
         self.block_table = block_table
         self.seq_lens = seq_lens
 
@@ -200,19 +180,19 @@ class StockDecode:
         (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
-        padded = triton.next_power_of_2(max(self.width, 16))
+        programs = batch * query_len * self.heads
         split = self.split
         if split is None:
-            split = select_split(batch * query_len * self.heads, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
-        split = min(split, padded // 16)  # tl.topk's 16 of at least 16
-        shape = self.shape if split == 1 else _slice_shape(padded // split, self.shape.chunk)
-        parts, count = self._parts[batch]
+            split = select_split(programs, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
+        split = fit_split(split, programs, self.width)
+        padded = triton.next_power_of_2(max(self.width, 16))
+        shape = self.shape if split == 1 else slice_shape(padded // split, self.shape.chunk)
         _stock_topk_kernel[(batch * query_len, self.heads, split)](
             scores,
             self.seq_lens,
             out,
-            parts,
-            count,
+            self._parts,
+            self._counts,
             min(self.block_table.shape[1], MAX_PAGES),
             scores.stride(0),
             scores.stride(1),
@@ -229,8 +209,3 @@ class StockDecode:
             **pdl_options(self.pdl),
         )
         return out
-
-
-@functools.cache
-def _slice_shape(columns: int, max_chunk: int) -> SelectShape:
-    return SelectShape.for_width(columns, max_chunk)

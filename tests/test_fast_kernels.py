@@ -139,18 +139,20 @@ def test_split_stock_topk_rearms_and_repeats():
             out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
             sd.forward(on(case.index_q), on(case.k_cache), out, case.query_len)
             outs.append(out.cpu())
-            assert int(sd._parts[3][1].abs().sum()) == 0
+            assert int(sd._counts.abs().sum()) == 0
     assert all(torch.equal(o, outs[0]) for o in outs)
 
 
 def test_select_split_policy_and_validation():
-    from fast.stock import MAX_SPLIT, select_split
+    from fast.select_shape import MAX_SPLIT, SPLIT_PROGRAMS, fit_split, select_split
 
     assert select_split(2, 8192, 132) == MAX_SPLIT  # batch 1, 2 heads: slices of 512
     assert select_split(2, 2048, 132) == 4  # slices keep 512 columns
     assert select_split(64, 8192, 132) == 1  # 64 rows fill the SMs already
     assert select_split(2, 300, 132) == 1
-    for bad in (0, 3, 32, 2.0):
+    assert fit_split(16, 2, 60) == 4  # 64 padded columns: slices of 16
+    assert fit_split(16, SPLIT_PROGRAMS // 4, 8192) == 4  # the scratch holds SPLIT_PROGRAMS
+    for bad in (0, 3, 32, 2.0, True):
         with pytest.raises(ValueError, match="split"):
             StockDecode(heads=1, max_reqs=1, device=DEV, split=bad)
 
@@ -163,12 +165,13 @@ def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
 
 
 @settings(max_examples=20)
-@given(decode_configs(max_pages=60, patterns=EXACT), st.sampled_from([1024, 16]))
-def test_cp1_in_process_equals_oracle(cfg, max_chunk):
-    """The whole CP protocol with one rank (the buffer its own only peer)."""
+@given(decode_configs(max_pages=60, patterns=EXACT), st.sampled_from([1024, 16]), st.sampled_from([1, 4]))
+def test_cp1_in_process_equals_oracle(cfg, max_chunk, split):
+    """The whole CP protocol with one rank (the buffer its own only peer); split 4: each
+    row's push selects over 4 programs."""
     case = cfg.build()
     heads = case.index_q.shape[1]
-    state = IndexerDecodeCP(heads=heads, max_reqs=max(1, len(cfg.seq_lens)), symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
+    state = IndexerDecodeCP(heads=heads, max_reqs=max(1, len(cfg.seq_lens)), symm=SingleRankSymmetric(DEV), max_chunk=max_chunk, split=split)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     plan.scores.fill_(POISON)
@@ -180,7 +183,7 @@ def test_cp1_in_process_equals_oracle(cfg, max_chunk):
     # them (a step without a long request uses no buffer).
     assert bool((layer.recv.local == -1).all()) and bool((layer.tile.local == -1).all())
     used = bool(long_requests(case.seq_lens).any())
-    assert int(layer.parity) == int(used) and int(layer.arrived) == 0
+    assert int(layer.parity) == int(used) and int(layer.arrived) == 0 and int(state._counts.abs().sum()) == 0
 
 
 def test_a_step_after_a_timeout_outputs_only_minus_one():

@@ -159,6 +159,18 @@ def test_two_level_select_across_ranks():
     assert torch.equal(out, reference.full_decode(*case.args()))
 
 
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("pattern", ["exact", "ties"])
+def test_split_select_across_ranks(path, pattern):
+    """Each row's top-16 split over 4 programs (slices of the 3-level select): the same
+    output as the oracle, both paths. ("exact" spreads a row's best pages over its slices;
+    with "ties" they crowd into the first.)"""
+    case = make_case(9, [seq_len_for(300, 1), seq_len_for(90, 0), seq_len_for(5, 2)], query_len=4, heads=4, pattern=pattern)
+    out = run_case(pool(2), case, path, max_chunk=16, split=4, poison=path == "cp")
+    want = reference.full_decode(*case.args()) if path == "cp" else reference.stock_decode(*case.args())
+    assert torch.equal(out, want)
+
+
 def test_missing_peer_is_reported_not_a_hang():
     """Rank 1 plans but never calls forward: rank 0 must give up within its spin bound and
     raise from check(), not hang. GPU ranks use the default bound (how long a real timeout
