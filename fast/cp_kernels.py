@@ -183,9 +183,11 @@ def push_kernel(
         slot = (_SLOTS - QLEN) + i
         row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
         k = tl.arange(0, _TOPK)
+        off = ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
+        owners = (h // HR) * R
         if SPLIT == 1:
             best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-            push = True
+            _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
         else:
             first = s * SLICE
             parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
@@ -198,17 +200,22 @@ def push_kernel(
             # Every thread's store before the count (bar.sync), the count acq_rel at GPU
             # scope: the last slice sees every other slice's keys.
             tl.debug_barrier()
-            push = tl.atomic_add(count_ptr + t * H + h, 1, sem="acq_rel") == SPLIT - 1
-            if push:
+            if tl.atomic_add(count_ptr + t * H + h, 1, sem="acq_rel") == SPLIT - 1:
                 best = select16(tl.load(parts + tl.arange(0, SPLIT * _TOPK), volatile=True), SORT)
                 tl.store(count_ptr + t * H + h, 0)
-        # After an exchange timeout this rank's scores are garbage: push nothing, so the
-        # owners time out too rather than merge it. (Read by the pushing program only: the
-        # flag only ever goes from 0 to set within a step.)
-        if push & (tl.load(err_ptr, volatile=True) == 0):
-            off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
-            for rep in tl.static_range(R):
-                tl.store(peer_ptr(recv_ptrs, (h // HR) * R + rep, tl.int64) + off, best)
+                _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
+
+
+@triton.jit
+def _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R: tl.constexpr):
+    """Store a row's 16 keys at ``off`` of the parity's set in each of its R owners'
+    candidates (ranks owners .. owners + R - 1). After an exchange timeout this rank's
+    scores are garbage: push nothing, so the owners time out too rather than merge it (the
+    flag only ever goes from 0 to set within a step, so any later reader agrees)."""
+    if tl.load(err_ptr, volatile=True) == 0:
+        dst = tl.load(parity_ptr) * set_elems + off
+        for rep in tl.static_range(R):
+            tl.store(peer_ptr(recv_ptrs, owners + rep, tl.int64) + dst, best)
 
 
 @triton.jit

@@ -2,7 +2,10 @@
 [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
 and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
-device time. ``--dump FILE`` writes the whole SASS.
+device time. ``--dump FILE`` writes the whole SASS. ``--selects``: compile the top-16
+kernels (stock, CP push) in each split mode instead — the interpreter runs Python, so a
+kernel it accepts can still fail Triton's compiler (a name bound only inside a runtime
+``if``, say).
 """
 
 from __future__ import annotations
@@ -62,9 +65,45 @@ def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
         f.flush()
-        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True).stdout
         sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
-    return next(line.strip() for line in usage.splitlines() if "REG:" in line), sass
+    return _resources(kernel.asm["cubin"]), sass
+
+
+def _resources(cubin: bytes) -> str:
+    """cuobjdump's resource line of a one-kernel cubin ("REG:80 STACK:0 SHARED:..")."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run([_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True).stdout
+    return next(line.strip() for line in usage.splitlines() if "REG:" in line)
+
+
+def compile_selects() -> list[str]:
+    """Compile the stock top-16 and the CP push kernels for sm_90 at one and several programs
+    per row (1024 columns: the three-level select unsplit, single selects of 256 split);
+    one "kernel split=N: REG:.." line each. Raises on a compile error."""
+    from .cp_kernels import push_kernel
+    from .select_shape import SelectShape
+    from .stock import _stock_topk_kernel
+
+    common = {"QLEN": 2, "SORT": True, "PDL": True}
+    kernels = {
+        "stock": (_stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
+                  {"HS": 2, "WIDTH": 1024, "EMULATE_FMA": False}),
+        "push": (push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 stride_sb:i32 stride_sr:i32",
+                 {"H": 4, "HR": 2, "R": 1, "CP": 2, "RANK": 1}),
+    }  # fmt: skip
+    lines = []
+    for name, (fn, args, consts) in kernels.items():
+        for split in (1, 4):
+            shape = SelectShape.for_width(1024 // split, 512)
+            constexprs = consts | common | {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
+            if name == "push":
+                constexprs["SLICE"] = 1024 // split
+            signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
+            kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+            lines.append(f"{name} split={split}: {_resources(kernel.asm['cubin'])}")
+    return lines
 
 
 def instruction_mix(sass: str) -> collections.Counter:
@@ -100,7 +139,11 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument("--dump", help="write the SASS here")
+    parser.add_argument("--selects", action="store_true", help="compile the top-16 kernels instead")
     args = parser.parse_args(argv)
+    if args.selects:
+        print("\n".join(compile_selects()))
+        return 0
     usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
