@@ -2,10 +2,10 @@
 [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
 and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
-device time. ``--dump FILE`` writes the whole SASS. ``--selects``: compile the top-16
-kernels (stock, CP push) in each split mode instead — the interpreter runs Python, so a
-kernel it accepts can still fail Triton's compiler (a name bound only inside a runtime
-``if``, say).
+device time. ``--dump FILE`` writes the whole SASS. ``--kernels``: compile the decode's
+other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
+merge, ...) — the interpreter runs Python, so a kernel it accepts can still fail Triton's
+compiler (a name bound only inside a runtime ``if``, say).
 """
 
 from __future__ import annotations
@@ -78,31 +78,39 @@ def _resources(cubin: bytes) -> str:
     return next(line.strip() for line in usage.splitlines() if "REG:" in line)
 
 
-def compile_selects() -> list[str]:
-    """Compile the stock top-16 and the CP push kernels for sm_90 at one and several programs
-    per row (1024 columns: the three-level select unsplit, single selects of 256 split);
-    one "kernel split=N: REG:.." line each. Raises on a compile error."""
-    from .cp_kernels import push_kernel
+def compile_kernels() -> list[str]:
+    """Compile the decode's Triton kernels other than the scorers for sm_90: the stock
+    top-16 and the CP push at one and four programs per row (1024 columns: the three-level
+    select unsplit, single selects of 256 split), the q exchange, the merge, the compact
+    table and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
+    from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import SelectShape
-    from .stock import _stock_topk_kernel
+    from .stock import _q_to_tile_kernel, _stock_topk_kernel
 
-    common = {"QLEN": 2, "SORT": True, "PDL": True}
-    kernels = {
-        "stock": (_stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
-                  {"HS": 2, "WIDTH": 1024, "EMULATE_FMA": False}),
-        "push": (push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 stride_sb:i32 stride_sr:i32",
-                 {"H": 4, "HR": 2, "R": 1, "CP": 2, "RANK": 1}),
-    }  # fmt: skip
+    cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
+    kernels = [
+        ("q exchange", q_exchange_kernel, "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 set_words:i32 spin_limit:i32",
+         cp | {"R": 1, "HEAD0": 2}),
+        ("merge", merge_kernel, "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 arrived_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
+         cp | {"BLOCK": 1024}),
+        ("compact table", compact_table_kernel, "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 P:i32 stride_bt:i32",
+         {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024}),
+        ("q to tile", _q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
+    ]  # fmt: skip
+    for split in (1, 4):
+        shape = SelectShape.for_width(1024 // split, 512)
+        select = {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
+        kernels += [
+            (f"stock top-16 split={split}", _stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
+             select | {"HS": 2, "QLEN": 2, "WIDTH": 1024, "EMULATE_FMA": False, "PDL": True}),
+            (f"push split={split}", push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 stride_sb:i32 stride_sr:i32",
+             select | cp | {"R": 1, "SLICE": 1024 // split}),
+        ]  # fmt: skip
     lines = []
-    for name, (fn, args, consts) in kernels.items():
-        for split in (1, 4):
-            shape = SelectShape.for_width(1024 // split, 512)
-            constexprs = consts | common | {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
-            if name == "push":
-                constexprs["SLICE"] = 1024 // split
-            signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
-            kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-            lines.append(f"{name} split={split}: {_resources(kernel.asm['cubin'])}")
+    for name, fn, args, constexprs in kernels:
+        signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
+        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
     return lines
 
 
@@ -139,10 +147,10 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument("--dump", help="write the SASS here")
-    parser.add_argument("--selects", action="store_true", help="compile the top-16 kernels instead")
+    parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
     args = parser.parse_args(argv)
-    if args.selects:
-        print("\n".join(compile_selects()))
+    if args.kernels:
+        print("\n".join(compile_kernels()))
         return 0
     usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
     print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")

@@ -31,15 +31,17 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         assert stores > 16  # tl.dot stages the tile: the difference the test above relies on
 
 
-def test_top16_kernels_compile_for_sm90():
-    """The split selects' code paths compiled by Triton for the GPU: the interpreter that
-    runs them on CPUs executes Python and accepts what Triton's compiler rejects (a value
-    bound inside a runtime ``if`` and used after it did exactly that once)."""
+def test_decode_kernels_compile_for_sm90():
+    """The Triton kernels other than the scorers, compiled by Triton for the GPU (the split
+    selects in both modes): the interpreter that runs them on CPUs executes Python and
+    accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
+    after it did exactly that once)."""
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run([sys.executable, "-m", "fast.sass", "--selects"], capture_output=True, text=True, env=env, timeout=600)
+    done = subprocess.run([sys.executable, "-m", "fast.sass", "--kernels"], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
-    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["stock split=1", "stock split=4", "push split=1", "push split=4"]
+    names = [line.split(":")[0] for line in done.stdout.splitlines()]
+    assert names == ["q exchange", "merge", "compact table", "q to tile", "stock top-16 split=1", "push split=1", "stock top-16 split=4", "push split=4"]
 
 
 def test_register_cap_spills_nothing():
