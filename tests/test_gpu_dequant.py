@@ -50,9 +50,9 @@ def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 @pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
 # Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
-# instruction (mma.sync) than the GPU kernels' (wgmma), and the wgmma kernel sums the
-# dimensions in a permuted order: on random inputs they differ in the last bits (seen on the
-# H200). The GPU paths are held to the reference's fp32 bound on random inputs in
+# instruction (mma.sync) than the GPU kernels' (wgmma; the Gluon kernel's mma.sync at Hs = 1
+# has its own N), and the Gluon kernel sums the dimensions in a permuted order: on random
+# inputs they differ in the last bits (seen on the H200). The GPU paths are held to the reference's fp32 bound on random inputs in
 # test_fast_kernels.py.
 @pytest.mark.parametrize("pattern", ["exact", "clustered", "ties"])
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
