@@ -17,11 +17,11 @@ from reference.cp import HeadLayout, compact_width
 from reference.validate import check_int
 
 from . import checks
-from .backend import pdl_options, sm_count
+from .backend import pdl_options
 from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, fit_split, select_split, slice_shape
+from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -213,17 +213,11 @@ class IndexerDecodeCP:
             q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl,
         )  # fmt: skip
         clock.lap("score")
-        programs = rows * self.heads
-        split = self.split
-        if split is None:
-            split = select_split(programs, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
-        split = fit_split(split, programs, self.width)
-        padded = triton.next_power_of_2(max(self.width, 16))
-        s = self.shape if split == 1 else slice_shape(padded // split, self.max_chunk)
+        split, columns, s = plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),
-            H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=padded // split,
+            H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda", **common,
         )  # fmt: skip
         clock.lap("push")

@@ -33,9 +33,10 @@ from .jit_helpers import (
     keys_to_pages,
     pdl_release,
     pdl_wait,
+    merged16,
     peer_ptr,
-    select16,
     short_row,
+    slice_top16,
     top16,
 )
 
@@ -189,21 +190,10 @@ def push_kernel(
             best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
         else:
-            first = s * SLICE
             parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
-            if first < n_rank:
-                mine = top16(row_ptr + first, tl.minimum(n_rank - first, SLICE), KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-                # the slice's keys as of column 0: page (j + first) * CP + RANK, key field 0xFFFF - page
-                tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first * CP, 0))
-            else:  # past the row (its width is rounded up to a power of two): no page
-                tl.store(parts + s * _TOPK + k, tl.zeros([_TOPK], tl.int64))
-            # Every thread's store before the count (bar.sync), the count acq_rel at GPU
-            # scope: the last slice sees every other slice's keys.
-            tl.debug_barrier()
-            if tl.atomic_add(count_ptr + t * H + h, 1, sem="acq_rel") == SPLIT - 1:
-                best = select16(tl.load(parts + tl.arange(0, SPLIT * _TOPK), volatile=True), SORT)
-                tl.store(count_ptr + t * H + h, 0)
-                _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
+            count = count_ptr + t * H + h
+            if slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT):
+                _push(merged16(parts, count, SPLIT, SORT), recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
 
 
 @triton.jit

@@ -1,4 +1,5 @@
-"""Triton device helpers shared by the kernels: keys, the three-level top-16, peers, spins.
+"""Triton device helpers shared by the kernels: keys, the three-level top-16 (and a row's
+split over programs), peers, spins.
 
 Every helper runs unchanged on a GPU and under the interpreter; where the interpreter's
 arithmetic differs from the GPU's (fma), a constexpr switches to an exact emulation.
@@ -154,6 +155,55 @@ def top16(
         grp = tl.where(top_g > 0, _column(top_g, CP, RANK) // GROUP, SUPERS * PER_SUPER)
         cand = row_keys(row_ptr, grp[:, None] * GROUP + g[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
         best = select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
+    return best
+
+
+@triton.jit
+def slice_top16(
+    row_ptr,
+    n,
+    s,
+    parts,
+    count_ptr,
+    KIND: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    scale,
+    bias,
+    EMULATE_FMA: tl.constexpr,
+    SLICE: tl.constexpr,
+    SPLIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
+    GROUP: tl.constexpr,
+    SORT: tl.constexpr,
+):
+    """Slice ``s`` of a row split over SPLIT programs: the top 16 of its columns [s * SLICE,
+    (s + 1) * SLICE) below n, as the row's keys, into ``parts[s * 16 ..]``; then counts
+    itself in at ``count_ptr``. Returns whether it was the row's last slice — then every
+    slice's keys are in ``parts`` (``merged16`` takes them). The key's page field is 0xFFFF -
+    page, so the slice's keys (its columns counted from 0) minus first * CP are the row's."""
+    first = s * SLICE
+    k = tl.arange(0, TOPK)
+    if first < n:
+        mine = top16(row_ptr + first, tl.minimum(n - first, SLICE), KIND, CP, RANK, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+        tl.store(parts + s * TOPK + k, tl.where(mine > 0, mine - first * CP, 0))
+    else:  # past the row's columns (its width is rounded up to a power of two): no page
+        tl.store(parts + s * TOPK + k, tl.zeros([TOPK], tl.int64))
+    # Every thread's store before the count (bar.sync), the count acq_rel at GPU scope: the
+    # last slice sees every other slice's keys.
+    tl.debug_barrier()
+    return tl.atomic_add(count_ptr, 1, sem="acq_rel") == SPLIT - 1
+
+
+@triton.jit
+def merged16(parts, count_ptr, SPLIT: tl.constexpr, SORT: tl.constexpr):
+    """The row's best 16 keys of its SPLIT slices' (exact: keys are unique, and a row's best
+    16 are among its slices'), for the last slice of ``slice_top16``, which re-arms the
+    count for the next call."""
+    best = select16(tl.load(parts + tl.arange(0, SPLIT * TOPK), volatile=True), SORT)
+    tl.store(count_ptr, 0)
     return best
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import triton
 
+from .backend import sm_count
+
 MAX_CHUNK = 1024  # rows up to this many columns take a single select
 MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima first
 MAX_GROUP = 8  # columns per group of the last level
@@ -67,7 +69,20 @@ def fit_split(split: int, programs: int, width: int) -> int:
     return split
 
 
+def plan_split(requested: int | None, programs: int, width: int, device, shape: SelectShape) -> tuple[int, int, SelectShape]:
+    """(split, columns per slice, a slice's select shape) for a top-16 over ``programs`` rows
+    x heads of ``width`` columns whose whole-row shape is ``shape``: ``requested`` (None:
+    ``select_split`` on a GPU, 1 elsewhere) lowered by ``fit_split``. Unsplit, the slice is
+    the whole padded row and its shape ``shape``."""
+    if requested is None:
+        requested = select_split(programs, width, sm_count(str(device))) if device.type == "cuda" else 1
+    split = fit_split(requested, programs, width)
+    columns = triton.next_power_of_2(max(width, 16)) // split
+    return split, columns, shape if split == 1 else _slice_shape(columns, shape.chunk)
+
+
 @functools.cache
-def slice_shape(columns: int, max_chunk: int = MAX_CHUNK) -> SelectShape:
-    """The select shape of one slice of a split row (cached: chosen per launch)."""
+def _slice_shape(columns: int, max_chunk: int) -> SelectShape:
+    """A slice's shape, slices no wider than the whole row's chunk allows (cached: chosen at
+    every launch)."""
     return SelectShape.for_width(columns, max_chunk)

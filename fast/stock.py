@@ -11,10 +11,10 @@ import triton.language as tl
 from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
-from .backend import pdl_options, resolve_device, sm_count
-from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, pdl_wait, select16, short_row, top16
+from .backend import pdl_options, resolve_device
+from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, merged16, pdl_wait, short_row, slice_top16, top16
 from .scorer import score_pages
-from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, fit_split, select_split, slice_shape
+from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, plan_split
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -102,21 +102,10 @@ def _stock_topk_kernel(
             best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
         else:
-            first = s * (WIDTH // SPLIT)
             parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
-            if first < n:
-                # keys of the slice's columns as of page 0: a page's key field is 0xFFFF - page,
-                # so the row's key is the slice's minus first (0, no page, stays 0)
-                mine = top16(row_ptr + first, tl.minimum(n - first, WIDTH // SPLIT), KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-                tl.store(parts + s * _TOPK + k, tl.where(mine > 0, mine - first, 0))
-            else:  # past the row's pages: no page
-                tl.store(parts + s * _TOPK + k, tl.zeros([_TOPK], tl.int64))
-            # Every thread's store before the count (bar.sync), the count acq_rel at GPU
-            # scope: the last slice sees every other slice's keys.
-            tl.debug_barrier()
-            if tl.atomic_add(count_ptr + t * HS + h, 1, sem="acq_rel") == SPLIT - 1:
-                best = select16(tl.load(parts + tl.arange(0, SPLIT * _TOPK), volatile=True), SORT)
-                tl.store(count_ptr + t * HS + h, 0)
+            count = count_ptr + t * HS + h
+            if slice_top16(row_ptr, n, s, parts, count, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, WIDTH // SPLIT, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT):
+                best = merged16(parts, count, SPLIT, SORT)
                 tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
 
 
@@ -126,7 +115,8 @@ class StockDecode:
     plan() once per step (fixes the score width at the first call), forward() per layer.
     Buffers are per batch size, so forward is CUDA-graph safe between plans. split: the
     top-16's programs per row (a power of two up to MAX_SPLIT; None: ``select_split`` on a
-    GPU, 1 elsewhere; ``fit_split`` lowers it to what the scratch and the row hold).
+    GPU, 1 elsewhere; ``select_shape.plan_split`` lowers it to what the scratch and the
+    row hold).
     """
 
     def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False, split: int | None = None):
@@ -180,13 +170,7 @@ class StockDecode:
         (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
-        programs = batch * query_len * self.heads
-        split = self.split
-        if split is None:
-            split = select_split(programs, self.width, sm_count(str(self.device))) if self.device.type == "cuda" else 1
-        split = fit_split(split, programs, self.width)
-        padded = triton.next_power_of_2(max(self.width, 16))
-        shape = self.shape if split == 1 else slice_shape(padded // split, self.shape.chunk)
+        split, columns, shape = plan_split(self.split, batch * query_len * self.heads, self.width, self.device, self.shape)
         _stock_topk_kernel[(batch * query_len, self.heads, split)](
             scores,
             self.seq_lens,
@@ -198,7 +182,7 @@ class StockDecode:
             scores.stride(1),
             HS=self.heads,
             QLEN=query_len,
-            WIDTH=padded,
+            WIDTH=columns * split,
             SPLIT=split,
             CHUNK=shape.chunk,
             SUPERS=shape.supers,
