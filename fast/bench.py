@@ -12,8 +12,8 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
    A layer's time is the difference of graphs of 2L and L layers over L: the first
    layer's wait for the slowest rank's launch, paid once per step, cancels (the L-layer
    graph's time per layer is reported too); the scorers and top-16 alone are timed the
-   same way, so the overhead compares the same layers. Context 2048 is the short-rows case (every
-   row <= 16 pages);
+   same way, so the overhead compares the same layers. Context 2048 is the short-rows
+   case (every row <= 16 pages);
 5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write.
 
 Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
@@ -224,7 +224,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 def select_section(device, gen) -> list[dict]:
     """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
     L2: the select's own time, with its rows split over programs as the decode does
-    (``stock.select_split``) and unsplit. (4, 8 and 16 warps per program measured alike on
+    (``select_shape.select_split``) and unsplit. (4, 8 and 16 warps per program measured alike on
     the H200: one program per row and head is latency-bound, fast/PERF.md.)"""
     from .backend import sm_count
     from .select_shape import select_split

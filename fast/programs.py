@@ -250,7 +250,7 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     paid once per step, not per layer) cancels out; ``{path}_first_us`` is the short graph's
     time per layer, skew included. Plus each path's scorer alone and the stock top-16
     alone, by the same difference (so ``cp_us - cp_score_us`` compares the same layers: the
-    second half of a long graph runs slower than the first at the largest sizes, ~4% at
+    second half of a long graph runs slower than the first at the largest sizes, ~2.5% at
     1M / 64), each graph's time the median of ``reps``, and the CP stages of eager forwards
     (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``). Every rank draws the same inputs."""
     import torch.distributed as dist

@@ -2,12 +2,12 @@
 kernels.
 
 Three kernels, one contract: ``"wgmma"`` (the GPU default, ``scorer_wgmma.py``: Gluon,
-codes decoded straight into wgmma's register operand — mma.sync's at Hs = 1), ``"prmt"`` (GPUs, its predecessor:
-the same byte-permute decoding, ``dequant_prmt.py``, in plain Triton, whose tl.dot stages
-the fp16 tile through shared memory; kept for the bench's version comparison and as a
-second GPU implementation in the tests) and ``"table"`` (everywhere, the interpreter's: a
-gather from a per-scale table of E4M3 values built by torch — no fp8 conversion in the
-kernel, which the interpreter gets wrong). All multiply with 16-bit operands and fp32
+codes decoded straight into wgmma's register operand — mma.sync's at Hs = 1), ``"prmt"``
+(GPUs, its predecessor: the same byte-permute decoding, ``dequant_prmt.py``, in plain
+Triton, whose tl.dot stages the fp16 tile through shared memory; kept for the bench's
+version comparison and as a second GPU implementation in the tests) and ``"table"``
+(everywhere, the interpreter's: a gather from a per-scale table of E4M3 values built by
+torch — no fp8 conversion in the kernel, which the interpreter gets wrong). All multiply with 16-bit operands and fp32
 accumulators (Hopper's FP8 MMA does not accumulate in fp32): tokens on M, the 8 * Hs query
 rows on N.
 """
