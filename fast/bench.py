@@ -3,8 +3,10 @@
 Prints a table (machine header first) and writes ``results.json`` and PNG plots under
 ``--out``. Sections:
 1. ceilings: a large device-to-device copy and a read-only streaming kernel (GB/s);
-2. the scorer alone, Hs = 1 (stock) and Hs = 4 (CP compact), over contexts x batches, as
-   read GB/s and as a fraction of the read ceiling; the table dequantization at one size;
+2. the scorer alone, Hs = 1 (stock) and Hs = 4 (CP compact) on the whole 8-slot tile, and
+   Hs = 4 on one slot (a query_len 1 step: the MMA's N is 8, not 32), over contexts x
+   batches, as read GB/s and as a fraction of the read ceiling; the table dequantization
+   and the kernel's tuning variants at one size;
 3. the stock top-16 alone (in and out of the layer) and the stock scorer alone (their
    ratio at 8192 pages);
 4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
@@ -199,14 +201,19 @@ def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen)
     return graph_time_us(run, 1, reps=5)
 
 
+# (Hs, slots scored): the stock rank's head and the CP rank's four on the whole tile (the
+# contract's worst case), and the four on a query_len 1 step's one slot (what CP runs at q 1).
+SCORER_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
+
+
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     rows = []
-    grid = [(c, b, hs) for c in contexts for b in batches for hs in (1, 4)]
-    for ctx, batch, hs in progress(grid, "scorer"):
+    grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
+    for ctx, batch, hs, q in progress(grid, "scorer"):
         pages = ctx // PAGE
-        us = scorer_us(pool, batch, pages, hs, gen)
+        us = scorer_us(pool, batch, pages, hs, gen, first_slot=SLOTS - q)
         gbps = batch * pages * PAGE_BYTES / us / 1e3
-        rows.append({"context": ctx, "batch": batch, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
+        rows.append({"context": ctx, "batch": batch, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
     # (tile staged through shared memory) at its default, the wgmma kernel's pages per
     # program and blocks ahead, and the wgmma kernel without its register cap.
@@ -217,7 +224,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         for variant in variants:
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)
             gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
-            rows.append({"context": 131072, "batch": 8, "hs": hs, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+            rows.append({"context": 131072, "batch": 8, "hs": hs, "slots": SLOTS, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
     return rows
 
 
@@ -307,10 +314,10 @@ def print_report(report: dict, file=sys.stdout) -> None:
     print(f"ceilings: copy {c['copy_read_plus_write_GBps']:.0f} GB/s (read+write), streaming read {c['stream_read_GBps']:.0f} GB/s", file=file)
     print(f"checks: scorer vs reference {'ok' if report['checks']['scorer'] else 'FAILED'}; " + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"), file=file)
     print("\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling", file=file)
-    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'µs':>9} {'GB/s':>7} {'frac':>5}  variant", file=file)
+    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}  variant", file=file)
     for r in report["scorer"]:
         variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
-        print(f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}  {variant}", file=file)
+        print(f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} {r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}  {variant}", file=file)
     if report.get("torch_stock"):
         print("\nplain PyTorch stock path (one head), µs", file=file)
         for r in report["torch_stock"]:
@@ -346,13 +353,13 @@ def plot(report: dict, out: Path) -> list[str]:
     except ImportError:
         return []
     made = []
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
-    for ax, hs in zip(axes, (1, 4)):
+    fig, axes = plt.subplots(1, len(SCORER_SHAPES), figsize=(16, 4), sharey=True)
+    for ax, (hs, q) in zip(axes, SCORER_SHAPES):
         for batch in sorted({r["batch"] for r in report["scorer"]}):
-            pts = [(r["context"], r["of_read_ceiling"]) for r in report["scorer"] if r["hs"] == hs and r["batch"] == batch and "variant" not in r]
+            pts = [(r["context"], r["of_read_ceiling"]) for r in report["scorer"] if (r["hs"], r["slots"]) == (hs, q) and r["batch"] == batch and "variant" not in r]
             ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
         ax.axhline(0.85, color="gray", ls="--", lw=0.8)
-        ax.set(xscale="log", title=f"scorer, Hs = {hs}", xlabel="context (tokens)", ylabel="fraction of streaming-read ceiling")
+        ax.set(xscale="log", title=f"scorer, Hs = {hs}, {q} slot{'s' if q > 1 else ''}", xlabel="context (tokens)", ylabel="fraction of streaming-read ceiling")
         ax.legend()
     fig.tight_layout()
     fig.savefig(out / "scorer.png", dpi=120)

@@ -210,7 +210,7 @@ class IndexerDecodeCP:
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
-            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl,
+            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
         split, columns, s = plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)

@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from reference.constants import SLOTS
 from reference.cp import HeadLayout
 
 from .cp import IndexerDecodeCP, build_cp_decode
@@ -323,20 +324,21 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
                 decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
             result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = random_tile(batch, heads, gen, dev)
-            result["cp_score_us"] = per_layer(_score_layers, tile, s.plan.block_table, s.plan.score_lens, s.plan.scores)
+            result["cp_score_us"] = per_layer(_score_layers, tile, s.plan.block_table, s.plan.score_lens, s.plan.scores, query_len)
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]
-            result["stock_score_us"] = per_layer(_score_layers, tile, table, lens, scores)
+            result["stock_score_us"] = per_layer(_score_layers, tile, table, lens, scores, query_len)
             result["stock_top16_us"] = per_layer(_select_layers, decode, s.out[0], query_len)
     return result
 
 
-def _score_layers(caches, tile, table, lens, scores) -> None:
-    """The scorer once per layer cache (the benchmark's scorer-alone graphs)."""
+def _score_layers(caches, tile, table, lens, scores, query_len: int) -> None:
+    """The scorer once per layer cache, on the slots a step of query_len fills, as the
+    decode runs it (the benchmark's scorer-alone graphs)."""
     from .scorer import score_pages
 
     for cache in caches:
-        score_pages(tile, cache, table, lens, scores)
+        score_pages(tile, cache, table, lens, scores, first_slot=SLOTS - query_len)
 
 
 def _select_layers(caches, decode, out, query_len: int) -> None:

@@ -1,5 +1,5 @@
-"""``FAST_COMPILE_ONLY=1 python -m fast.sass [--kernel wgmma|prmt] [--hs N] [--tokens T]
-[--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
+"""``FAST_COMPILE_ONLY=1 python -m fast.sass [--kernel wgmma|prmt] [--hs N] [--first-slot S]
+[--tokens T] [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
 and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
 device time. ``--dump FILE`` writes the whole SASS. ``--kernels``: compile the decode's
@@ -29,7 +29,7 @@ _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
     "bt_ptr": "*i32", "lens_ptr": "*i32", "out_ptr": "*fp32", "W": "i32", "stride_bt": "i32",
     "stride_ob": "i32", "stride_or": "i32",
-    "HS": "constexpr", "ROWS": "constexpr", "PPP": "constexpr", "TOK": "constexpr", "PDL": "constexpr",
+    "HS": "constexpr", "SLOT0": "constexpr", "ROWS": "constexpr", "PPP": "constexpr", "TOK": "constexpr", "PDL": "constexpr",
 }  # fmt: skip
 
 
@@ -43,23 +43,26 @@ def _aligned(signature: dict) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
 
 
-def scorer_sass(kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None) -> tuple[str, str]:
+def scorer_sass(
+    kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None, first_slot: int = 0
+) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
-    prmt's tokens per MMA block)."""
-    common = {"HS": hs, "PDL": False}
+    prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step)."""
+    live = (8 - first_slot) * hs
+    common = {"HS": hs, "SLOT0": first_slot, "PDL": False}
     options: dict = {}
     if kernel == "wgmma":
-        constexprs = common | {"ROWS": mma_rows(hs), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
+        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {"DEPTH": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
-        if (cap := max_registers(hs)) is not None:
+        if (cap := max_registers(live)) is not None:
             options["maxnreg"] = cap  # as score_pages launches it
     else:
-        constexprs = common | {"ROWS": rows_for(hs), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
+        constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         src = ASTSource(fn=_score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -142,6 +145,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
+    parser.add_argument("--first-slot", type=int, default=0, help="the first slot scored (7: a query_len 1 step)")
     parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
@@ -152,8 +156,8 @@ def main(argv=None) -> int:
     if args.kernels:
         print("\n".join(compile_kernels()))
         return 0
-    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth)
-    print(f"{args.kernel} scorer Hs={args.hs} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.first_slot)
+    print(f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")
     loop = main_loop_mix(sass)

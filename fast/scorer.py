@@ -7,9 +7,9 @@ codes decoded straight into wgmma's register operand — mma.sync's at Hs = 1), 
 Triton, whose tl.dot stages the fp16 tile through shared memory; kept for the bench's
 version comparison and as a second GPU implementation in the tests) and ``"table"``
 (everywhere, the interpreter's: a gather from a per-scale table of E4M3 values built by
-torch — no fp8 conversion in the kernel, which the interpreter gets wrong). All multiply with 16-bit operands and fp32
-accumulators (Hopper's FP8 MMA does not accumulate in fp32): tokens on M, the 8 * Hs query
-rows on N.
+torch — no fp8 conversion in the kernel, which the interpreter gets wrong). All multiply
+with 16-bit operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32):
+tokens on M, the query rows scored on N (8 * Hs, or the step's q * Hs with ``first_slot``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
+from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES, SLOTS
 from reference.nvfp4 import dequant_table
 from reference.scores import check_score_shapes
 
@@ -63,11 +63,11 @@ def _pages_scored(lens_ptr, b, W):
 
 
 @triton.jit
-def _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, ROWS: tl.constexpr):
-    """(r, own, q): the tile's rows r = slot * HS + head (padded to ROWS), each row's causal
-    bound own(slot) = (len - 8 + slot) // 128, and q fp16 [ROWS, 128] (E4M3 -> fp16 is exact;
-    padding rows 0)."""
-    r = tl.arange(0, ROWS)
+def _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT0: tl.constexpr, ROWS: tl.constexpr):
+    """(r, own, q): the tile's rows r = slot * HS + head from slot SLOT0 on (ROWS of them,
+    past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
+    fp16 [ROWS, 128] (E4M3 -> fp16 is exact; padding rows 0)."""
+    r = SLOT0 * HS + tl.arange(0, ROWS)
     slot_len = length - 8 + r // HS
     own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
     d = tl.arange(0, 128)
@@ -91,7 +91,8 @@ def _score_kernel(
     stride_ob,
     stride_or,
     HS: tl.constexpr,
-    ROWS: tl.constexpr,  # 8 * HS rounded up to a power of two >= 16 (the MMA's N)
+    SLOT0: tl.constexpr,  # the first slot scored
+    ROWS: tl.constexpr,  # rows_for((8 - SLOT0) * HS): the rows scored, padded (the MMA's N)
     V: tl.constexpr,  # pages per program, as a leading tensor dimension
     PDL: tl.constexpr,
 ):
@@ -100,7 +101,7 @@ def _score_kernel(
     pdl_wait(PDL)
     length, n = _pages_scored(lens_ptr, b, W)
     if first < n:
-        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, ROWS)
+        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, SLOT0, ROWS)
         qt = tl.broadcast_to(tl.trans(q)[None, :, :], [V, 128, ROWS])
         v = tl.arange(0, V)
         j = first + v  # [V] page columns
@@ -130,6 +131,7 @@ def _score_kernel_prmt(
     k64_ptr,  # the same memory as int64 [N, 1152]
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,
     HS: tl.constexpr,
+    SLOT0: tl.constexpr,
     ROWS: tl.constexpr,
     PPP: tl.constexpr,  # pages per program, in a loop that prefetches the next block
     TOK: tl.constexpr,  # tokens per dot (128 or 64: a page in one or two blocks)
@@ -143,7 +145,7 @@ def _score_kernel_prmt(
     pdl_wait(PDL)
     length, n = _pages_scored(lens_ptr, b, W)
     if first < n:
-        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, ROWS)
+        r, own, q = _query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, SLOT0, ROWS)
         qt = tl.trans(q)  # [128, ROWS]
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
@@ -205,6 +207,7 @@ def score_pages(
     tokens_per_dot: int | None = None,
     blocks_ahead: int | None = None,
     register_cap: int | None | str = "auto",
+    first_slot: int = 0,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -222,6 +225,10 @@ def score_pages(
     PRMT_TOKENS; wgmma: 64) and num_warps its warps (wgmma: 4, one warpgroup);
     register_cap: the wgmma kernel's registers per thread, "auto" (``scorer_wgmma.
     max_registers``), None (the compiler's choice) or 64..255 (the benchmark compares them).
+    first_slot: 0..7, score only the slots from it on and leave the earlier slots' rows
+    untouched — a decode step of query_len q fills slots 8 - q .. 7, and the MMA's N then
+    follows q x Hs (``scorer_wgmma.mma_rows``): at q = 1 and Hs = 4 the kernel runs N = 8,
+    not 32. The default, 0, is the contract of ``reference.score_pages``.
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -240,9 +247,11 @@ def score_pages(
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     if register_cap != "auto" and (dequant != "wgmma" or not (register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255))):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    if not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
+        raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
     if dequant != "table" and device.type != "cuda":
         raise ValueError(f"dequant: {dequant!r} is not available on {device.type} (wgmma and prmt need a GPU; table runs anywhere)")
-    rows = rows_for(hs)
+    live = (SLOTS - first_slot) * hs  # the rows scored
     pages_u8 = k_cache.view(-1, PAGE_BYTES)
     if dequant != "table":
         # the two GPU kernels take the same operands (wgmma: and the scale tables); pages
@@ -251,17 +260,17 @@ def score_pages(
         rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)))
-            tuning = dict(ROWS=mma_rows(hs), DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
-            cap = wgmma_max_registers(hs) if register_cap == "auto" else register_cap
+            tuning = dict(ROWS=mma_rows(live), DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
+            cap = wgmma_max_registers(live) if register_cap == "auto" else register_cap
             if cap is not None:
                 tuning["maxnreg"] = cap
             kernel, pages = _score_kernel_wgmma, (*pages, scale_tables(device))
         else:
             ppp = pages_per_program or PRMT_PAGES
-            tuning = dict(ROWS=rows, TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps)
+            tuning = dict(ROWS=rows_for(live), TOK=tokens_per_dot or PRMT_TOKENS, num_warps=num_warps)
             kernel = _score_kernel_prmt
         kernel[(batch, triton.cdiv(width, ppp))](
-            q_tile.view(torch.uint8), q_sel, q_set_stride, *pages, *rest, HS=hs, PPP=ppp, **tuning, **pdl_options(pdl)
+            q_tile.view(torch.uint8), q_sel, q_set_stride, *pages, *rest, HS=hs, SLOT0=first_slot, PPP=ppp, **tuning, **pdl_options(pdl)
         )
         return out
     # Under the interpreter each tensor op costs ~1 ms whatever its size: score many pages
@@ -282,7 +291,8 @@ def score_pages(
         out.stride(0),
         out.stride(1),
         HS=hs,
-        ROWS=rows,
+        SLOT0=first_slot,
+        ROWS=rows_for(live),
         V=v,
         **pdl_options(pdl),
     )

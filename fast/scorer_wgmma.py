@@ -19,11 +19,13 @@ tile once per program. Each group's 8 E4M3 magnitudes come from a 2 KB table of 
 bytes (``dequant_prmt.scale_tables``, an L1-resident load per group) instead of being
 computed per group (5 of 13 conversions; −4% at Hs = 1, fast/PERF.md).
 
-At Hs = 1 the MMA is Ampere's per-warp ``mma.sync`` m16n8k16 instead (same A fragment, q in
-registers): N = 8 needs no padding rows (wgmma's N is at least 16) and each warp runs on
-without waiting for its warpgroup at every block; ~8% faster there, but at Hs >= 2 its q
-operand and accumulators in registers cost programs per SM and it was 10–20% slower
-(``mma_rows``). Scores equal the reference's within its fp32-order bound (the sum's
+The MMA's N is the rows scored: a decode step fills only the tile's last query_len slots,
+and the kernel scores the rows from slot ``SLOT0`` on (``score_pages``' ``first_slot``), so
+N follows query_len x Hs rather than 8 x Hs. Up to 8 rows the MMA is Ampere's per-warp
+``mma.sync`` m16n8k16 instead (same A fragment, q in registers): N = 8 needs no padding rows
+(wgmma's N is at least 16) and each warp runs on without waiting for its warpgroup at every
+block; ~8% faster there, but at N >= 16 its q operand and accumulators in registers cost
+programs per SM and it was 10–20% slower (``mma_rows``). Scores equal the reference's within its fp32-order bound (the sum's
 order differs); exact-arithmetic inputs give the same bits as every other path.
 
 Gluon (Triton's explicit-layout dialect) runs on GPUs only; the interpreter keeps the table
@@ -63,28 +65,30 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
     return ppp
 
 
-def max_registers(hs: int) -> int | None:
-    """The register cap the wgmma kernel is compiled with (None: the compiler's choice).
+def max_registers(rows: int) -> int | None:
+    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
+    (None: the compiler's choice).
 
-    With N = 16 (Hs = 2) ptxas picks 84 registers per thread, which fits 5 programs on an
-    SM (registers go out per warp in units of 256); capped at 80 — no spills — 6 fit, and
-    the kernel is ~5% faster (fast/PERF.md, 2026-11-30); at Hs = 1 (mma.sync, N = 8) it
-    picks 94 and 80 spills nothing either. At N >= 32 a cap spills and was slower; 6
-    programs per SM at Hs = 4 (74 registers with one block ahead) gave nothing."""
-    return 80 if mma_rows(hs) <= 16 else None
-
-
-def mma_rows(hs: int) -> int:
-    """This kernel's N (its q tile's rows): 8 at Hs = 1 — the per-warp mma.sync, no padding
-    rows — else ``rows_for(hs)`` (wgmma)."""
-    return 8 if hs == 1 else rows_for(hs)
+    With N = 16 ptxas picks 84 registers per thread, which fits 5 programs on an SM
+    (registers go out per warp in units of 256); capped at 80 — no spills — 6 fit, and the
+    kernel is ~5% faster (fast/PERF.md, 2026-11-30); at N = 8 (mma.sync) it picks 94 and 80
+    spills nothing either. At N >= 32 a cap spills and was slower; 6 programs per SM at
+    N = 32 (74 registers with one block ahead) gave nothing."""
+    return 80 if mma_rows(rows) <= 16 else None
 
 
-def rows_for(hs: int) -> int:
-    """The MMA's N for the Triton scorers and for wgmma: the tile's 8 * hs query rows rounded
+def mma_rows(rows: int) -> int:
+    """This kernel's N (its q tile's rows) for ``rows`` live query rows (live slots x Hs):
+    8 up to 8 rows — the per-warp mma.sync, no padding rows — else ``rows_for(rows)``
+    (wgmma)."""
+    return 8 if rows <= 8 else rows_for(rows)
+
+
+def rows_for(rows: int) -> int:
+    """The MMA's N for the Triton scorers and for wgmma: ``rows`` live query rows rounded
     up to a power of two, at least 16 (tl.dot's minimum; wgmma with N = 8 compiles but
-    faulted on the H200, illegal address — at Hs = 1 this kernel runs mma.sync instead)."""
-    return max(16, triton.next_power_of_2(8 * hs))
+    faulted on the H200, illegal address — up to 8 rows this kernel runs mma.sync instead)."""
+    return max(16, triton.next_power_of_2(rows))
 
 
 # Where a block's int64 [64, 8] code words (and their scale bytes) live: lane (gid, tig) of
@@ -181,12 +185,14 @@ def _score_kernel_wgmma(
     tab_ptr,  # int64 [256]: dequant_prmt.scale_tables
     bt_ptr, lens_ptr, out_ptr, W, stride_bt, stride_ob, stride_or,  # as scorer._score_kernel
     HS: gl.constexpr,
-    ROWS: gl.constexpr,  # mma_rows(HS): 8 runs mma.sync, else wgmma
+    SLOT0: gl.constexpr,  # the first slot scored: rows SLOT0 * HS .. 8 * HS - 1 (the step's queries)
+    ROWS: gl.constexpr,  # mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
     PDL: gl.constexpr,
 ):  # fmt: skip
-    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP, in
+    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
+    the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
     64-token blocks (one wgmma, or one mma.sync per warp at ROWS = 8; the 4 warps hold 16
     tokens each). Each warp keeps its
     own maxima of every page in shared memory; one barrier and one cross-warp max per
@@ -211,7 +217,7 @@ def _score_kernel_wgmma(
         q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
         k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
         d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
-        qr = gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
+        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
         tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
         qb = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
         q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
@@ -246,7 +252,7 @@ def _score_kernel_wgmma(
         gl.thread_barrier()
         # [4 warps, ROWS]: a thread holds one row's 4 warp maxima (rows past 128 repeat)
         across: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [1, 4], [1, 0])
-        r = gl.arange(0, ROWS, layout=gl.SliceLayout(0, across))  # row = slot * HS + head
+        r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, across))  # row = slot * HS + head
         slot_len = length - 8 + r // HS
         own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or

@@ -162,7 +162,7 @@ class StockDecode:
         tile, scores = self._tiles[batch], self._scores[batch]
         width = min(self.block_table.shape[1], MAX_PAGES)
         _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, **pdl_options(self.pdl))
-        score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl)
+        score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl, first_slot=SLOTS - query_len)
         return self.select(out, query_len)
 
     def select(self, out: torch.Tensor, query_len: int) -> torch.Tensor:

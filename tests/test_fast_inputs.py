@@ -149,6 +149,9 @@ def test_bad_stock_forward_inputs(q, k, out, query_len, exc, name):
         pytest.param(dict(blocks_ahead=2, dequant="table"), "blocks_ahead", id="ahead-on-table"),
         pytest.param(dict(register_cap=300, dequant="wgmma"), "register_cap", id="cap-300"),
         pytest.param(dict(register_cap=80, dequant="table"), "register_cap", id="cap-on-table"),
+        pytest.param(dict(first_slot=8), "first_slot", id="first-slot-8"),
+        pytest.param(dict(first_slot=-1), "first_slot", id="first-slot-negative"),
+        pytest.param(dict(first_slot=7.0), "first_slot", id="first-slot-float"),
     ],
 )
 def test_bad_scorer_options_name_the_argument(kwargs, name):

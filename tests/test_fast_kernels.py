@@ -41,17 +41,22 @@ def scorer_cases(draw, patterns=EXACT + ("random", "gaussian")):
     lens = draw(st.lists(st.integers(-3, 22 * 128 + 9), min_size=1, max_size=3))
     pattern = draw(st.sampled_from(patterns))
     case = make_case(draw(st.integers(0, 2**31 - 1)), [8] * len(lens), heads=hs, query_len=8, pattern=pattern, table_width=width, num_blocks=9)
-    return query_tile(case.index_q, len(lens), 8), case.k_cache, case.block_table, torch.tensor(lens, dtype=torch.int32), pattern
+    tile = query_tile(case.index_q, len(lens), 8)
+    return tile, case.k_cache, case.block_table, torch.tensor(lens, dtype=torch.int32), pattern, draw(st.integers(0, SLOTS - 1))
 
 
 @given(scorer_cases())
 def test_scorer_matches_reference(args):
-    tile, k_cache, table, lens, pattern = args
+    """The contract's stored cells and values; with first_slot, the rows of the earlier slots
+    stay untouched and the others are still the reference's (the kernel's N shrinks with
+    them: on a GPU first_slot 7 at Hs <= 8 runs mma.sync, others wgmma)."""
+    tile, k_cache, table, lens, pattern, first_slot = args
     b, _, hs, _ = tile.shape
     want = torch.full((b, 8 * hs, table.shape[1]), POISON)
     reference.score_pages(tile, k_cache, table, lens, want)
+    want[:, : first_slot * hs] = POISON
     got = on(torch.full_like(want, POISON))
-    score_pages(on(tile), on(k_cache), on(table), on(lens), got)
+    score_pages(on(tile), on(k_cache), on(table), on(lens), got, first_slot=first_slot)
     got = got.cpu()
     written = want != POISON
     assert torch.equal(got != POISON, written), "stored a different set of columns"

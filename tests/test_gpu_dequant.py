@@ -73,3 +73,21 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
         score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, dequant=dequant, **shape)
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+@pytest.mark.parametrize("hs", [1, 2, 4, 8])
+def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
+    """first_slot (a decode step's q = 8 - first_slot live slots) shrinks the MMA's N —
+    wgmma's mma.sync at q x Hs <= 8, wgmma at 16 / 32 / 64: each shape scores its rows bit
+    for bit like the reference (exact arithmetic) and leaves the earlier slots' rows alone."""
+    case = make_case(hs + 10, [300 * 128 + 9, 37 * 128, 5 * 128 + 3], query_len=8, heads=hs, pattern="exact", num_blocks=400)
+    tile = query_tile(case.index_q, 3, 8)
+    full = torch.full((3, 8 * hs, case.block_table.shape[1]), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, full)
+    for first_slot in (7, 6, 4, 1):
+        want = full.clone()
+        want[:, : first_slot * hs] = 1e30
+        got = torch.full_like(want, 1e30).cuda()
+        score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=kernel, first_slot=first_slot)
+        assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"first slot {first_slot}"
