@@ -155,7 +155,10 @@ class IndexerDecodeCP:
         width = compact_width(pages, self.cp)
         if self.width == 0:
             self.width = width
-            self.shape = SelectShape.for_width(width, self.max_chunk)
+            # The push ranks at most W - 1 columns (n_local <= W - 1; column W - 1 is the
+            # lie's page past the chunk), so its select spans W - 1: at P = 2^k that is a
+            # power of two, where W would double every select (fast/PERF.md).
+            self.shape = SelectShape.for_width(width - 1, self.max_chunk)
         checks.table_not_wider(width, self.width)
         p = self._plans.get(batch)
         if p is None:
@@ -213,7 +216,7 @@ class IndexerDecodeCP:
             q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
-        split, columns, s = plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
+        split, columns, s = plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),

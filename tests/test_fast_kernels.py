@@ -191,6 +191,28 @@ def test_cp1_in_process_equals_oracle(cfg, max_chunk, split):
     assert int(layer.parity) == int(used) and int(layer.arrived) == 0 and int(state._counts.abs().sum()) == 0
 
 
+@pytest.mark.parametrize("max_chunk", [1024, 16])
+def test_cp_push_selects_the_last_rankable_column(max_chunk):
+    """The push's select spans the W - 1 columns a row can rank (W = ceil(P / CP) + 1, the
+    last column the lying length's page), not W: at P = 65 that is 65 columns, the last
+    one page 64. Its page is made the second best (a copy of the best page's block), so a
+    select one column short would drop it."""
+    pages = 65
+    case = make_case(7, [pages * PAGE + 40], query_len=1, heads=1, pattern="exact", table_width=pages, num_blocks=pages)
+    scores = torch.full((1, 8, pages), POISON)
+    reference.score_pages(query_tile(case.index_q, 1, 1), case.k_cache, case.block_table, case.seq_lens, scores)
+    table = case.block_table.clone()
+    table[0, -1] = table[0, int(scores[0, 7].argmax())]
+    state = IndexerDecodeCP(heads=1, max_reqs=1, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
+    layer = state.new_layer()
+    plan = state.plan(on(table), on(case.seq_lens))
+    out = on(torch.full((1, 1, 16), -7, dtype=torch.int32))
+    state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, 1)
+    want = reference.full_decode(case.index_q, case.k_cache, table, case.seq_lens, 1)
+    assert pages - 1 in want[0, 0, :15].tolist()
+    assert torch.equal(out.cpu(), want)
+
+
 def test_a_step_after_a_timeout_outputs_only_minus_one():
     """With the error flag already set (a spin gave up), the merge's last program fills the
     whole output with -1 — short rows, which need no peer, included — and still ends the
