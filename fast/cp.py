@@ -18,7 +18,7 @@ from reference.validate import check_int
 
 from . import checks
 from .backend import pdl_options
-from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .cp_kernels import MAX_MERGE_ROWS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split
@@ -78,8 +78,8 @@ class CPLayer:
 
     tile: int32 words, 2 x [max_reqs, 8, H, 32]; recv: int64, 2 x [CP, rows_max, Hr, 16];
     parity: int64 [1], the set this layer's next step with a long request uses (a step
-    without one uses none); arrived: int32 [1], merge programs done in the running step (0
-    between steps).
+    without one uses none); arrived: int64 [1], the merge's count of its programs done in
+    the running step, long ones and failed ones (0 between steps).
     """
 
     tile: SymmetricTensor
@@ -114,7 +114,7 @@ class IndexerDecodeCP:
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
         check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
-        check_int("max_reqs", max_reqs, low=1)
+        check_int("max_reqs", max_reqs, low=1, high=(MAX_MERGE_ROWS - 1) // SLOTS)  # the merge's count fields
         self.cp, self.rank, self.heads = cp, symm.rank, heads
         self.layout = HeadLayout(cp, heads)
         self.owned = self.layout.heads_of(self.rank)
@@ -141,7 +141,7 @@ class IndexerDecodeCP:
         """Collective: every rank builds its layers in the same order."""
         tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
         recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
-        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device), torch.zeros(1, dtype=torch.int32, device=self.device))
+        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))
 
     def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> CPPlan:
         """Once per step, outside CUDA-graph capture; no host sync.
@@ -227,7 +227,7 @@ class IndexerDecodeCP:
         merge_kernel[(rows,)](
             plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
             self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, **common,
+            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", **common,
         )  # fmt: skip
         clock.lap("merge")
         clock.done()

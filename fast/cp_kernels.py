@@ -28,13 +28,13 @@ from .jit_helpers import (
     ERR_Q_TIMEOUT,
     KEY_EXACT,
     RANKED,
-    best16,
     has_ff_byte,
     keys_to_pages,
     pdl_release,
     pdl_wait,
     merged16,
     peer_ptr,
+    select16_rows,
     short_row,
     slice_top16,
     top16,
@@ -48,6 +48,11 @@ _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
 # A request is long (exchanged and scored) when its length exceeds this.
 _LONG_LEN = tl.constexpr(TOPK * PAGE)
+# The merge's int64 arrival count: programs arrived, long ones and failed ones, in fields of
+# 21 bits (IndexerDecodeCP keeps a step's rows below MAX_MERGE_ROWS).
+MAX_MERGE_ROWS = 1 << 21
+_LONG = tl.constexpr(MAX_MERGE_ROWS)
+_FAILED = tl.constexpr(MAX_MERGE_ROWS * MAX_MERGE_ROWS)
 
 
 @triton.jit
@@ -216,7 +221,7 @@ def merge_kernel(
     parity_ptr,  # int64 [1]
     err_ptr,  # int32 [1]
     out_ptr,  # int32 [rows, HR, 16]
-    arrived_ptr,  # int32 [1]: merge programs done this step (0 between steps)
+    arrived_ptr,  # int64 [1]: the step's arrivals, long ones and failed ones (0 between steps)
     rows_max,
     set_elems,
     set_words,
@@ -227,19 +232,25 @@ def merge_kernel(
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
     BLOCK: tl.constexpr,
+    SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Per row: short rows write [0..own, -1...]; long rows poll until none of the CP * 16
-    candidates is -1, take the best 15, put own in slot 15 and reset the candidates to -1.
-    Then, for a long request (the only ones exchanged), re-arm the row's tile slot to 0xFF.
-    Launched once every push program has started, so polling never blocks a push.
+    """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
+    16 candidates of its heads is -1 (every head at once), take each head's best 15, put
+    own in slot 15 and reset the candidates to -1. Then, for a long request (the only ones
+    exchanged), re-arm the row's tile slot to 0xFF. Launched once every push program has
+    started, so polling never blocks a push.
 
     The last program to finish ends the step (a kernel of its own cost a launch per layer):
     if any spin of this process timed out, every output entry becomes -1 (a timeout
     elsewhere leaves the step's rows untrustworthy); then, if the step had a long request,
     it flips the parity, so the layer's next long step uses the other buffer set; it
-    re-arms the arrival count. Every other program has read the parity by then: each counts
-    itself in (acq_rel) after its work."""
+    re-arms the arrival count. Every other program has read the parity by then. Each
+    program counts itself in (acq_rel) after its work with one atomic add that also says
+    whether its row is long and whether it saw the error flag set (at its start, or by its
+    own timeout: nothing else writes the flag while the merge runs), so the last one learns
+    both from the add's result instead of reading the flag and the lengths after it
+    (dependent reads at the end of every layer; fast/PERF.md)."""
     t = tl.program_id(0)
     b = t // QLEN
     i = t % QLEN
@@ -247,56 +258,48 @@ def merge_kernel(
     own = (seq - QLEN + i) // _PAGE
     k = tl.arange(0, _TOPK)
     parity = tl.load(parity_ptr)
+    failed = tl.load(err_ptr, volatile=True) != 0  # set by an earlier kernel of the step, or none
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
     else:
         recv = peer_ptr(recv_ptrs, RANK, tl.int64) + parity * set_elems
-        p = tl.arange(0, CP)
-        for hl in tl.static_range(HR):
-            off = ((p[:, None] * rows_max + t) * HR + hl) * _TOPK + k[None, :]
+        c = tl.arange(0, CP * _TOPK)  # candidate c: rank c // 16's key c % 16
+        hl = tl.arange(0, HR)
+        off = (((c[None, :] // _TOPK) * rows_max + t) * HR + hl[:, None]) * _TOPK + c[None, :] % _TOPK  # [HR, CP * 16]
+        keys = tl.load(recv + off, volatile=True)
+        pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
+        # An error already raised on this rank: its peers will time out, do not wait.
+        spins = tl.where(failed, spin_limit, 0)
+        while pending & (spins < spin_limit):
             keys = tl.load(recv + off, volatile=True)
             pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
-            # An error already raised on this rank: its peers will time out, do not wait.
-            spins = tl.where(tl.load(err_ptr) != 0, spin_limit, 0)
-            while pending & (spins < spin_limit):
-                keys = tl.load(recv + off, volatile=True)
-                pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
-                spins += 1
-            dst = out_ptr + (t * HR + hl) * _TOPK + k
-            if pending:
-                tl.store(err_ptr, _ERR_MERGE)
-                tl.store(dst, tl.full([_TOPK], -1, tl.int32))
-            else:
-                best = best16(tl.reshape(keys, [CP * _TOPK]))
-                tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
-            tl.store(recv + off, tl.full([CP, _TOPK], -1, tl.int64))
+            spins += 1
+        dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
+        if pending:
+            tl.store(err_ptr, _ERR_MERGE)
+            tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
+        else:
+            best = select16_rows(keys, SORT)
+            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
+        failed |= pending
+        tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
     if seq > _LONG_LEN:  # only long requests were exchanged
         if own + 1 <= _TOPK:
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
         hw = tl.arange(0, H * _WORDS)
         tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
         tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
-    if tl.atomic_add(arrived_ptr, 1, sem="acq_rel") == tl.num_programs(0) - 1:
-        if tl.load(err_ptr, volatile=True) != 0:
+    mine = 1 + tl.where(seq > _LONG_LEN, _LONG, 0).to(tl.int64) + tl.where(failed, _FAILED, 0).to(tl.int64)
+    step = tl.atomic_add(arrived_ptr, mine, sem="acq_rel") + mine
+    if step % _LONG == tl.num_programs(0):
+        if step >= _FAILED:
             n = tl.num_programs(0) * (HR * _TOPK)
             start = 0
             while start < n:  # a while loop: the interpreter cannot range() over it
                 j = start + tl.arange(0, BLOCK)
                 tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
                 start += BLOCK
-        if _any_long(seq_lens_ptr, tl.num_programs(0) // QLEN, BLOCK):
+        if step % _FAILED >= _LONG:  # some request was long: the step used its buffer set
             tl.store(parity_ptr, 1 - parity)
         tl.store(arrived_ptr, 0)
-
-
-@triton.jit
-def _any_long(seq_lens_ptr, n, BLOCK: tl.constexpr):
-    """Whether any of the n requests is long (exchanged): the step used its buffer set."""
-    found = False
-    start = 0
-    while start < n:
-        r = start + tl.arange(0, BLOCK)
-        found |= tl.max(tl.load(seq_lens_ptr + r, mask=r < n, other=0), axis=0) > _LONG_LEN
-        start += BLOCK
-    return found

@@ -99,6 +99,23 @@ def best16(keys):
 
 
 @triton.jit
+def select16_rows(keys, SORT: tl.constexpr):
+    """Each row's 16 largest of a 2-D ``[rows, n]`` block of keys (n a power of two >= 16),
+    descending: ``tl.topk`` along the rows where SORT (GPUs), else ``best16``'s 16 rounds of
+    a maximum, per row (exact for the same reason: valid keys are unique)."""
+    if SORT:
+        return tl.topk(keys, TOPK)
+    else:
+        k = tl.arange(0, TOPK)
+        best = tl.zeros([keys.shape[0], TOPK], dtype=keys.dtype)
+        for it in tl.static_range(TOPK):
+            m = tl.max(keys, axis=1)
+            best = tl.where(k[None, :] == it, m[:, None], best)
+            keys = tl.where(keys == m[:, None], 0, keys)
+        return best
+
+
+@triton.jit
 def select16(keys, SORT: tl.constexpr):
     """The 16 largest of a 1-D power-of-two block of keys, descending: ``tl.topk``'s bitonic
     network where SORT (GPUs: every step is parallel across the block, ~4x less latency than

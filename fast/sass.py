@@ -94,8 +94,8 @@ def compile_kernels() -> list[str]:
     kernels = [
         ("q exchange", q_exchange_kernel, "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 set_words:i32 spin_limit:i32",
          cp | {"R": 1, "HEAD0": 2}),
-        ("merge", merge_kernel, "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 arrived_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
-         cp | {"BLOCK": 1024}),
+        ("merge", merge_kernel, "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 arrived_ptr:*i64 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
+         cp | {"BLOCK": 1024, "SORT": True}),
         ("compact table", compact_table_kernel, "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 P:i32 stride_bt:i32",
          {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024}),
         ("q to tile", _q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
