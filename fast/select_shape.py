@@ -15,7 +15,7 @@ MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima fir
 MAX_GROUP = 8  # columns per group of the last level
 MAX_SPLIT = 16  # most programs per row of a split select
 MIN_SLICE = 512  # fewest columns per program the policy splits a row into
-SPLIT_PER_SM = 8  # most programs per SM the policy splits a select into
+SPLIT_PER_SM = 2  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 
 
@@ -52,10 +52,10 @@ def check_split(split) -> None:
 def select_split(programs: int, width: int, sms: int) -> int:
     """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
     ``sms`` SMs: doubled from 1 while the grid stays within SPLIT_PER_SM programs per SM
-    (a select program is small: 32-56 registers, 1 KB of shared memory) and each slice
-    keeps MIN_SLICE columns. A row's three dependent selects take ~10 µs at 8192 columns
-    however few rows there are (16 slices of 512: 6.5 µs at batch 1); the CP push at 1M /
-    batch 32, 128 rows of 4096 columns on 132 SMs, took 11 µs unsplit (fast/PERF.md)."""
+    and each slice keeps MIN_SLICE columns. A row's three dependent selects take ~10 µs
+    at 8192 columns however few rows there are; split, 2 heads at 8192 columns
+    (fast/PERF.md, ac1818f): batch 1 6.6 µs (32 programs), batch 8 8.3 (256) against 10.4
+    unsplit, but batch 32 at 1024 programs (8 per SM) 19.2 against 10.5."""
     padded = triton.next_power_of_2(max(width, 16))
     split = 1
     while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:

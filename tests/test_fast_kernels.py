@@ -153,9 +153,9 @@ def test_select_split_policy_and_validation():
 
     assert select_split(2, 8192, 132) == MAX_SPLIT  # batch 1, 2 heads: slices of 512
     assert select_split(2, 2048, 132) == 4  # slices keep 512 columns
-    assert select_split(64, 8192, 132) == MAX_SPLIT  # 1024 programs: 8 per SM
-    assert select_split(256, 8192, 132) == 4  # 1024 programs again
-    assert select_split(1024, 8192, 132) == 1  # 1024 rows fill the SMs already
+    assert select_split(16, 8192, 132) == MAX_SPLIT  # batch 8: 256 programs, 2 per SM
+    assert select_split(64, 8192, 132) == 4  # 256 programs again
+    assert select_split(256, 8192, 132) == 1  # 256 rows fill the SMs already
     assert select_split(2, 300, 132) == 1
     assert fit_split(16, 2, 60) == 4  # 64 padded columns: slices of 16
     assert fit_split(16, SPLIT_PROGRAMS // 4, 8192) == 4  # the scratch holds SPLIT_PROGRAMS
