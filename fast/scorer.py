@@ -2,8 +2,8 @@
 kernels.
 
 Three kernels, one contract: ``"wgmma"`` (the GPU default, ``scorer_wgmma.py``: Gluon,
-codes decoded straight into wgmma's register operand — mma.sync's at Hs = 1), ``"prmt"``
-(GPUs, its predecessor: the same byte-permute decoding, ``dequant_prmt.py``, in plain
+codes decoded straight into wgmma's register operand — mma.sync's up to 8 rows scored),
+``"prmt"`` (GPUs, its predecessor: the same byte-permute decoding, ``dequant_prmt.py``, in plain
 Triton, whose tl.dot stages the fp16 tile through shared memory; kept for the bench's
 version comparison and as a second GPU implementation in the tests) and ``"table"``
 (everywhere, the interpreter's: a gather from a per-scale table of E4M3 values built by
