@@ -73,8 +73,8 @@ MUTANTS = [
         "own page not forced into slot 15",
         "kernels",
         "fast.cp_kernels",
-        "                tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))\n",
-        "                tl.store(dst, keys_to_pages(best))\n",
+        "            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
+        "            tl.store(dst, keys_to_pages(best))\n",
     ),
 ]
 
