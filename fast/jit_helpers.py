@@ -86,33 +86,26 @@ def _key(rank, page, KIND: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr)
 
 @triton.jit
 def best16(keys):
-    """The 16 largest of a 1-D block of keys, descending. Valid keys are unique, so taking
-    the maximum and clearing it 16 times is exact (repeated 0s are "no page" anyway).
-    Cheaper than tl.topk's sort on a GPU for 16 of ~1K, and ~50x cheaper in the interpreter."""
+    """Each row's 16 largest of a 2-D ``[rows, n]`` block of keys, descending. Valid keys are
+    unique, so taking the maximum and clearing it 16 times is exact (repeated 0s are "no
+    page" anyway). ~50x cheaper than tl.topk's sort in the interpreter."""
     k = tl.arange(0, TOPK)
-    best = tl.zeros([TOPK], dtype=keys.dtype)
+    best = tl.zeros([keys.shape[0], TOPK], dtype=keys.dtype)
     for it in tl.static_range(TOPK):
-        m = tl.max(keys, axis=0)
-        best = tl.where(k == it, m, best)
-        keys = tl.where(keys == m, 0, keys)
+        m = tl.max(keys, axis=1)
+        best = tl.where(k[None, :] == it, m[:, None], best)
+        keys = tl.where(keys == m[:, None], 0, keys)
     return best
 
 
 @triton.jit
 def select16_rows(keys, SORT: tl.constexpr):
     """Each row's 16 largest of a 2-D ``[rows, n]`` block of keys (n a power of two >= 16),
-    descending: ``tl.topk`` along the rows where SORT (GPUs), else ``best16``'s 16 rounds of
-    a maximum, per row (exact for the same reason: valid keys are unique)."""
+    descending: ``tl.topk`` along the rows where SORT (GPUs), else ``best16``."""
     if SORT:
         return tl.topk(keys, TOPK)
     else:
-        k = tl.arange(0, TOPK)
-        best = tl.zeros([keys.shape[0], TOPK], dtype=keys.dtype)
-        for it in tl.static_range(TOPK):
-            m = tl.max(keys, axis=1)
-            best = tl.where(k[None, :] == it, m[:, None], best)
-            keys = tl.where(keys == m[:, None], 0, keys)
-        return best
+        return best16(keys)
 
 
 @triton.jit
@@ -124,7 +117,7 @@ def select16(keys, SORT: tl.constexpr):
     if SORT:
         return tl.topk(keys, TOPK)
     else:
-        return best16(keys)
+        return tl.reshape(best16(tl.reshape(keys, [1, keys.shape[0]])), [TOPK])
 
 
 @triton.jit
