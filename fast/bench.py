@@ -164,14 +164,17 @@ def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
     return (torch.randn(batch, SLOTS, hs, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn).to(device)
 
 
-def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, **variant) -> float:
-    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each; variant:
-    score_pages keywords (dequant, pages_per_program, tokens_per_dot, num_warps)."""
+def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False, **variant) -> float:
+    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each (hot: every
+    column one page, which L1 / L2 serve: the kernel without HBM); variant: score_pages
+    keywords (dequant, pages_per_program, tokens_per_dot, num_warps, loads_only, ...)."""
     from .scorer import score_pages
 
     device = pool.device
     sets = math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES))
     tables = pool.tables(batch, pages, min(sets, 64), gen)
+    if hot:
+        tables = [torch.zeros_like(t) for t in tables]
     tile = random_tile(batch, hs, gen, device)
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
     out = torch.empty(batch, SLOTS * hs, pages, device=device)
@@ -225,6 +228,14 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)
             gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
             rows.append({"context": 131072, "batch": 8, "hs": hs, "slots": SLOTS, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+    # What bounds the default kernel (32 x 128K): the same call on one page that L1 / L2
+    # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
+    # time near the cold one and a loads-only one near the ceiling say compute, not memory.
+    for hs, q in SCORER_SHAPES:
+        for variant in (dict(hot=True), dict(loads_only=True)):
+            us = scorer_us(pool, 32, 1024, hs, gen, first_slot=SLOTS - q, **variant)
+            gbps = 32 * 1024 * PAGE_BYTES / us / 1e3
+            rows.append({"context": 131072, "batch": 32, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
     return rows
 
 
@@ -330,8 +341,8 @@ def print_report(report: dict, file=sys.stdout) -> None:
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
         print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}  cp eager stages: exchange/score/push/merge", file=file)
-        print(f"  (per layer, every column but 'first' and the eager stages: (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each graph cold after a barrier, so the ranks' launch skew, paid once per step, cancels;", file=file)
-        print(f"   'first': T({LAYERS} layers) / {LAYERS}, skew included; eager stages: 3 forwards outside graphs, CUDA events, the exchange includes waiting for the peer's launches)", file=file)
+        print(f"  (per layer, every column but 'first' and the eager stages: (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each graph cold after a barrier and a GPU spin that starts the ranks together; what the first layer pays once per step cancels;", file=file)
+        print(f"   'first': T({LAYERS} layers) / {LAYERS}, all included; eager stages: 3 forwards outside graphs, CUDA events, the exchange includes waiting for the peer's launches)", file=file)
         for r in report["layers"]:
             speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
             print(

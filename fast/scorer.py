@@ -208,6 +208,7 @@ def score_pages(
     blocks_ahead: int | None = None,
     register_cap: int | None | str = "auto",
     first_slot: int = 0,
+    loads_only: bool = False,
 ) -> torch.Tensor:
     """Launch the scorer: the contract of ``reference.score_pages``, on the tensors' device.
 
@@ -229,6 +230,8 @@ def score_pages(
     untouched — a decode step of query_len q fills slots 8 - q .. 7, and the MMA's N then
     follows q x Hs (``scorer_wgmma.mma_rows``): at q = 1 and Hs = 4 the kernel runs N = 8,
     not 32. The default, 0, is the contract of ``reference.score_pages``.
+    loads_only: the bench's probe of the wgmma kernel's memory side — the same loads, no
+    decode, no MMA, ``out`` untouched.
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
     if out.stride(2) != 1:
@@ -247,6 +250,8 @@ def score_pages(
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     if register_cap != "auto" and (dequant != "wgmma" or not (register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255))):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    if loads_only and dequant != "wgmma":
+        raise ValueError(f"loads_only: the wgmma kernel's probe, not {dequant!r}'s")
     if not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
         raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
     if dequant != "table" and device.type != "cuda":
@@ -260,7 +265,7 @@ def score_pages(
         rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)))
-            tuning = dict(ROWS=mma_rows(live), DEPTH=blocks_ahead or WGMMA_DEPTH, num_warps=4)
+            tuning = dict(ROWS=mma_rows(live), DEPTH=blocks_ahead or WGMMA_DEPTH, LOADS_ONLY=bool(loads_only), num_warps=4)
             cap = wgmma_max_registers(live) if register_cap == "auto" else register_cap
             if cap is not None:
                 tuning["maxnreg"] = cap

@@ -149,6 +149,7 @@ def test_bad_stock_forward_inputs(q, k, out, query_len, exc, name):
         pytest.param(dict(tokens_per_dot=32, dequant="prmt"), "tokens_per_dot", id="tokens-32"),
         pytest.param(dict(blocks_ahead=3, dequant="wgmma"), "blocks_ahead", id="ahead-3"),
         pytest.param(dict(blocks_ahead=2, dequant="table"), "blocks_ahead", id="ahead-on-table"),
+        pytest.param(dict(loads_only=True, dequant="table"), "loads_only", id="loads-only-on-table"),
         pytest.param(dict(register_cap=300, dequant="wgmma"), "register_cap", id="cap-300"),
         pytest.param(dict(register_cap=80, dequant="table"), "register_cap", id="cap-on-table"),
         pytest.param(dict(first_slot=8), "first_slot", id="first-slot-8"),

@@ -91,3 +91,13 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
         got = torch.full_like(want, 1e30).cuda()
         score_pages(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, dequant=kernel, first_slot=first_slot)
         assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"first slot {first_slot}"
+
+
+def test_the_loads_only_probe_stores_nothing():
+    """The bench's probe (``loads_only``) runs the wgmma kernel's loads and leaves ``out`` as
+    it was: its numbers are a bound, never scores."""
+    case = make_case(3, [300 * 128 + 9, 37 * 128], query_len=8, heads=4, pattern="gaussian", num_blocks=400)
+    tile = query_tile(case.index_q, 2, 8).cuda()
+    out = torch.full((2, 32, case.block_table.shape[1]), 1e30, device="cuda")
+    score_pages(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, loads_only=True)
+    assert bool((out == 1e30).all())
