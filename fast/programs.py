@@ -241,15 +241,19 @@ def graph_replay_on_rank(ctx, *, steps: int, check_every: int, pdl: bool, seed: 
     return {"checked": checked, "graphs": graphed.captured}
 
 
+_START_SPIN_CYCLES = 1_000_000  # ~0.5 ms at 2 GHz: longer than a host takes to launch a graph
+
+
 def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: int, layers: int, reps: int) -> dict:
     """Per-layer µs on this rank's GPU for ``batch`` requests of ``pages`` full pages each:
     stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
     over 1 / world of the pages). Each path runs as two CUDA graphs of ``layers`` and
-    ``2 * layers`` layers (distinct caches, one table), each replayed after a 256 MB L2 flush
-    and a barrier; the per layer time is their difference over ``layers`` (``{path}_us``):
-    the first layer's wait for the slowest rank's launch (host skew between the processes,
-    paid once per step, not per layer) cancels out; ``{path}_first_us`` is the short graph's
-    time per layer, skew included. Plus each path's scorer alone and the stock top-16
+    ``2 * layers`` layers (distinct caches, one table), each replayed after a 256 MB L2 flush,
+    a barrier and a fixed GPU spin (the ranks start together, not a host's launch jitter
+    apart); the per layer time is their difference over ``layers`` (``{path}_us``): what
+    the first layer pays once per step (a rank's wait for the other's launch, what skew is
+    left) cancels out; ``{path}_first_us`` is the short graph's time per layer, all of it
+    included. Plus each path's scorer alone and the stock top-16
     alone, by the same difference (so ``cp_us - cp_score_us`` compares the same layers: the
     second half of a long graph runs slower than the first at the largest sizes, ~2.5% at
     1M / 64), each graph's time the median of ``reps``, and the CP stages of eager forwards
@@ -282,6 +286,11 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
             flush.zero_()
             if ctx.world > 1:
                 dist.all_reduce(token)
+            # The ranks' GPUs leave the all-reduce together; a fixed spin after it lets each
+            # host enqueue the graph before its GPU gets there, so the ranks start together
+            # instead of a host's launch jitter apart (which the first layer's exchange would
+            # wait out, and the T(2L) - T(L) difference only cancel on average).
+            torch.cuda._sleep(_START_SPIN_CYCLES)
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             run()
