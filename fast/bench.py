@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import PAGE, PAGE_BYTES, SLOTS
+from reference.constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -47,6 +47,7 @@ QUICK_BATCHES = (1, 32)
 HEADS = 4
 LAYERS = 4  # layers per captured graph (distinct caches, as a model's layers have)
 FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+GAUSSIAN_PAGES = 2048  # distinct pages of CachePool(keys="gaussian"): 19 MB, quantized on the CPU
 
 
 def progress(items, desc: str):
@@ -137,13 +138,25 @@ def ceilings(device) -> dict:
 
 @dataclass
 class CachePool:
-    """One big random NVFP4 cache (valid positive scales) to carve disjoint page sets from."""
+    """One big NVFP4 cache to carve disjoint page sets from. keys "random": random bytes
+    (valid positive scales, 64 distinct scale bytes spread over the table: the scorer's
+    worst case for its scale-table gathers); "gaussian": keys ~ N(0, 1) through the
+    contract's quantizer (``reference.nvfp4.quantize_nvfp4``; ~20 distinct scales, as a
+    real cache's cluster), GAUSSIAN_PAGES distinct pages repeated."""
 
     pages: int
     device: torch.device
+    keys: str = "random"
     cache: torch.Tensor = field(init=False)
 
     def __post_init__(self):
+        if self.keys == "gaussian":
+            from reference.nvfp4 import quantize_nvfp4
+
+            gen = torch.Generator().manual_seed(1)
+            unique = quantize_nvfp4(torch.randn(GAUSSIAN_PAGES, PAGE, HEAD_DIM, generator=gen)).to(self.device)
+            self.cache = unique.repeat(-(-self.pages // GAUSSIAN_PAGES), 1, 1)[: self.pages]
+            return
         flat = torch.randint(0, 256, (self.pages, PAGE_BYTES), dtype=torch.uint8, device=self.device)
         flat[:, PAGE * 64 :] &= 0x77  # scales: positive, no NaN (at most 240)
         self.cache = flat.view(self.pages, PAGE, PAGE_BYTES // PAGE)
@@ -228,6 +241,16 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
             us = scorer_us(pool, 8, 1024, hs, gen, **variant)
             gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
             rows.append({"context": 131072, "batch": 8, "hs": hs, "slots": SLOTS, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+    # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
+    # cluster, and the kernel's per-group table gathers then hit fewer L1 banks and lines
+    # than random bytes' (a one-entry table made the kernel ~15% faster, fast/PERF.md).
+    real = CachePool(32 * 8192 + 1024, pool.device, keys="gaussian")
+    for ctx in (131072, 1048576):
+        for hs, q in SCORER_SHAPES:
+            us = scorer_us(real, 32, ctx // PAGE, hs, gen, first_slot=SLOTS - q)
+            gbps = 32 * ctx // PAGE * PAGE_BYTES / us / 1e3
+            rows.append({"context": ctx, "batch": 32, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": {"keys": "gaussian"}})
+    del real
     # What bounds the default kernel (32 x 128K): the same call on one page that L1 / L2
     # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
     # time near the cold one and a loads-only one near the ceiling say compute, not memory.

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
@@ -90,3 +91,18 @@ def test_bench_report_prints_every_section():
     print_report(report, out)
     text = out.getvalue()
     assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
+
+
+def test_gaussian_cache_pool_holds_quantized_keys():
+    """The bench's realistic cache: quantizer output (every byte a page the reference
+    dequantizes to finite keys), GAUSSIAN_PAGES distinct pages repeated, and scales that
+    cluster (what makes its scale-table gathers cheaper than random bytes')."""
+    from fast.bench import GAUSSIAN_PAGES, CachePool
+    from reference.nvfp4 import dequantize_nvfp4, split_pages
+
+    pool = CachePool(GAUSSIAN_PAGES + 3, torch.device("cpu"), keys="gaussian")
+    assert pool.cache.shape == (GAUSSIAN_PAGES + 3, 128, 72) and pool.cache.dtype == torch.uint8
+    assert torch.equal(pool.cache[GAUSSIAN_PAGES:], pool.cache[:3])
+    assert bool(torch.isfinite(dequantize_nvfp4(pool.cache[:4])).all())
+    scales = split_pages(pool.cache)[1]
+    assert scales.unique().numel() <= 40 and bool((scales < 0x7F).all())
