@@ -141,8 +141,8 @@ class CachePool:
     """One big NVFP4 cache to carve disjoint page sets from. keys "random": random bytes
     (valid positive scales, 64 distinct scale bytes spread over the table: the scorer's
     worst case for its scale-table gathers); "gaussian": keys ~ N(0, 1) through the
-    contract's quantizer (``reference.nvfp4.quantize_nvfp4``; ~20 distinct scales, as a
-    real cache's cluster), GAUSSIAN_PAGES distinct pages repeated."""
+    contract's quantizer (``reference.nvfp4.quantize_nvfp4``; ~28 neighbouring scale bytes,
+    clustered as a real cache's are), GAUSSIAN_PAGES distinct pages repeated."""
 
     pages: int
     device: torch.device
@@ -242,7 +242,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
             gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
             rows.append({"context": 131072, "batch": 8, "hs": hs, "slots": SLOTS, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
     # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
-    # cluster, and the kernel's per-group table gathers then hit fewer L1 banks and lines
+    # cluster, and the kernel's per-group table gathers then touch fewer distinct lines
     # than random bytes' (a one-entry table made the kernel ~15% faster, fast/PERF.md).
     real = CachePool(32 * 8192 + 1024, pool.device, keys="gaussian")
     for ctx in (131072, 1048576):
