@@ -224,12 +224,21 @@ SCORER_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     rows = []
+
+    def measure(cache: CachePool, ctx: int, batch: int, hs: int, slots: int, variant: dict | None = None, label: dict | None = None) -> None:
+        """One row: ``scorer_us`` with ``variant``'s keywords (none: the default) and its read
+        bandwidth as a fraction of the ceiling; the row's "variant" is ``label`` or
+        ``variant`` (a default row has none)."""
+        us = scorer_us(cache, batch, ctx // PAGE, hs, gen, first_slot=SLOTS - slots, **(variant or {}))
+        gbps = batch * (ctx // PAGE) * PAGE_BYTES / us / 1e3
+        row = {"context": ctx, "batch": batch, "hs": hs, "slots": slots, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling}
+        if label or variant:
+            row["variant"] = label or variant
+        rows.append(row)
+
     grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
     for ctx, batch, hs, q in progress(grid, "scorer"):
-        pages = ctx // PAGE
-        us = scorer_us(pool, batch, pages, hs, gen, first_slot=SLOTS - q)
-        gbps = batch * pages * PAGE_BYTES / us / 1e3
-        rows.append({"context": ctx, "batch": batch, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling})
+        measure(pool, ctx, batch, hs, q)
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
     # (tile staged through shared memory) at its default, the wgmma kernel's pages per
     # program and blocks ahead, and the wgmma kernel without its register cap.
@@ -238,27 +247,21 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     ] + [dict(dequant="wgmma", register_cap=None)]
     for hs in (1, 4):
         for variant in variants:
-            us = scorer_us(pool, 8, 1024, hs, gen, **variant)
-            gbps = 8 * 1024 * PAGE_BYTES / us / 1e3
-            rows.append({"context": 131072, "batch": 8, "hs": hs, "slots": SLOTS, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+            measure(pool, 131072, 8, hs, SLOTS, variant)
     # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
     # cluster, and the kernel's per-group table gathers then touch fewer distinct lines
     # than random bytes' (a one-entry table made the kernel ~15% faster, fast/PERF.md).
     real = CachePool(32 * 8192 + 1024, pool.device, keys="gaussian")
     for ctx in (131072, 1048576):
         for hs, q in SCORER_SHAPES:
-            us = scorer_us(real, 32, ctx // PAGE, hs, gen, first_slot=SLOTS - q)
-            gbps = 32 * ctx // PAGE * PAGE_BYTES / us / 1e3
-            rows.append({"context": ctx, "batch": 32, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": {"keys": "gaussian"}})
+            measure(real, ctx, 32, hs, q, label={"keys": "gaussian"})
     del real
     # What bounds the default kernel (32 x 128K): the same call on one page that L1 / L2
     # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
     # time near the cold one and a loads-only one near the ceiling say compute, not memory.
     for hs, q in SCORER_SHAPES:
         for variant in (dict(hot=True), dict(loads_only=True)):
-            us = scorer_us(pool, 32, 1024, hs, gen, first_slot=SLOTS - q, **variant)
-            gbps = 32 * 1024 * PAGE_BYTES / us / 1e3
-            rows.append({"context": 131072, "batch": 32, "hs": hs, "slots": q, "us": us, "GBps": gbps, "of_read_ceiling": gbps / read_ceiling, "variant": variant})
+            measure(pool, 131072, 32, hs, q, variant)
     return rows
 
 
