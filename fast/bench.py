@@ -268,8 +268,9 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 def select_section(device, gen) -> list[dict]:
     """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
     L2: the select's own time, with its rows split over programs as the decode does
-    (``select_shape.select_split``) and unsplit. (4, 8 and 16 warps per program measured alike on
-    the H200: one program per row and head is latency-bound, fast/PERF.md.)"""
+    (``select_shape.select_split``) and unsplit. (1, 2, 4, 8 and 16 warps per program measured on
+    the H200: 4 to 16 alike, 1 and 2 slower; one program per row and head is latency-bound,
+    fast/PERF.md.)"""
     from .backend import sm_count
     from .select_shape import select_split
     from .stock import StockDecode

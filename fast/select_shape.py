@@ -15,7 +15,7 @@ MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima fir
 MAX_GROUP = 8  # columns per group of the last level
 MAX_SPLIT = 16  # most programs per row of a split select
 MIN_SLICE = 512  # fewest columns per program the policy splits a row into
-SPLIT_PER_SM = 2  # most programs per SM the policy splits a select into (fast/PERF.md)
+SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 
 
@@ -51,12 +51,17 @@ def check_split(split) -> None:
 
 def select_split(programs: int, width: int, sms: int) -> int:
     """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
-    ``sms`` SMs: doubled from 1 while the grid stays within SPLIT_PER_SM programs per SM
-    and each slice keeps MIN_SLICE columns. A row's three dependent selects take ~10 µs
-    at 8192 columns however few rows there are; split, 2 heads at 8192 columns
-    (fast/PERF.md, ac1818f): batch 1 6.6 µs (32 programs), batch 8 8.3 (256) against 10.4
-    unsplit, but batch 32 at 1024 programs (8 per SM) 19.2 against 10.5."""
+    ``sms`` SMs: 1 for a row of one chunk (MAX_CHUNK columns: one select, where a split
+    adds a count and a merge), else doubled from 1 while the grid stays within
+    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns.
+
+    Measured (fast/PERF.md, fifth session; stock top-16 alone, 2 heads, µs): 1024 columns
+    4.7 unsplit against 5.9 in 2 slices; 8192 columns, batch 1: 6.3 in 16 slices against
+    10.0 unsplit (the three dependent selects of a long row); batch 32: 9.8 in 2 slices
+    (1 program per SM) against 11.0 in 4 (2 per SM)."""
     padded = triton.next_power_of_2(max(width, 16))
+    if padded <= MAX_CHUNK:
+        return 1
     split = 1
     while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:
         split *= 2
