@@ -275,6 +275,13 @@ def merge_kernel(
             keys = tl.load(recv + off, volatile=True)
             pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
             spins += 1
+        # The block's layout can hold a key in two threads, and the poll's verdict reads one
+        # copy of each: the other may have been loaded before the push's store landed and
+        # still be -1 (a whole head's row of -1 under PDL, ~1 in 300 steps at batch 8; found
+        # by a stress run, fast/PERF.md). Every key was seen by some thread before this
+        # barrier, so every thread's reload after it sees it.
+        tl.debug_barrier()
+        keys = tl.load(recv + off, volatile=True)
         dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
         if pending:
             tl.store(err_ptr, _ERR_MERGE)

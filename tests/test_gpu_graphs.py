@@ -48,3 +48,33 @@ def test_graph_replay_with_changing_plans(pdl):
             checked += 1
     state.check()
     assert checked >= 10
+
+
+def test_merge_under_pdl_selects_what_a_plain_launch_does():
+    """Under PDL the merge polls its candidates while the push still stores them; every
+    step it must select exactly what a plain launch (a merge that starts after the push
+    ended) selects. A batch of 64 keeps ~200 rows polling while their keys land each step
+    (a poll that trusted one thread's copy of each key gave a head's row of -1 about once in
+    300 steps at batch 8; fast/PERF.md)."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    batch = 64
+    base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
+    gen = torch.Generator().manual_seed(5)
+    k_cache = base.k_cache.to(dev)
+    states = [IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=pdl) for pdl in (True, False)]
+    layers = [s.new_layer() for s in states]
+    outs = [torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev) for _ in states]
+    differing = []
+    for step in range(400):
+        table, lens = random_step(gen, batch, PAGES, k_cache.shape[0], QLEN)
+        q = exact_queries(base.index_q.shape, gen).to(dev)
+        table, lens = table.to(dev), lens.to(dev)
+        for state, layer, out in zip(states, layers, outs):
+            state.forward(layer, state.plan(table, lens), q, k_cache, out, QLEN)
+        if not torch.equal(outs[0], outs[1]):
+            differing.append(step)
+    for state in states:
+        state.check()
+    assert not differing, f"steps {differing[:10]} ({len(differing)} of 400)"
+    want = reference.full_decode(q.cpu(), base.k_cache, table.cpu(), lens.cpu(), QLEN)
+    assert torch.equal(outs[1].cpu(), want)  # the oracle itself, on the last step
