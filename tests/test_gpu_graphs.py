@@ -50,31 +50,48 @@ def test_graph_replay_with_changing_plans(pdl):
     assert checked >= 10
 
 
+
 def test_merge_under_pdl_selects_what_a_plain_launch_does():
-    """Under PDL the merge polls its candidates while the push still stores them; every
-    step it must select exactly what a plain launch (a merge that starts after the push
-    ended) selects. A batch of 64 keeps ~200 rows polling while their keys land each step
-    (a poll that trusted one thread's copy of each key gave a head's row of -1 about once in
-    300 steps at batch 8; fast/PERF.md)."""
+    """Replayed in a graph with PDL, the merge polls its candidates while the push still
+    stores them; every step it must select exactly what plain launches (a merge that starts
+    after the push ended) select. Batch 64: ~200 rows polled per step.
+
+    What it guards: a poll whose verdict read one thread's copy of each key while another
+    thread's copy, loaded before the push's store landed, was selected — a head's row of -1,
+    found by a stress run of the test above (graph replays at batch 8, four processes per
+    GPU: ~1 step in 300). Run eagerly, the host's launch gaps let the push finish before the
+    merge starts, and that version of this test did not catch the planted bug (3 of 3 runs);
+    whether this graph version does was not measured yet (fast/PERF.md)."""
     dev = torch.device("cuda", torch.cuda.current_device())
     batch = 64
     base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
     gen = torch.Generator().manual_seed(5)
     k_cache = base.k_cache.to(dev)
-    states = [IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=pdl) for pdl in (True, False)]
-    layers = [s.new_layer() for s in states]
-    outs = [torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev) for _ in states]
+    q_static = base.index_q.to(dev)
+    table, lens = random_step(gen, batch, PAGES, k_cache.shape[0], QLEN)
+    bt_static, sl_static = table.to(dev), lens.to(dev)
+    pdl, plain = (IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=p) for p in (True, False))
+    layers = [pdl.new_layer(), plain.new_layer()]
+    outs = [torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev) for _ in layers]
+    plan = pdl.plan(bt_static, sl_static)
+    pdl.forward(layers[0], plan, q_static, k_cache, outs[0], QLEN)  # compile outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        pdl.forward(layers[0], plan, q_static, k_cache, outs[0], QLEN)
     differing = []
     for step in range(400):
         table, lens = random_step(gen, batch, PAGES, k_cache.shape[0], QLEN)
-        q = exact_queries(base.index_q.shape, gen).to(dev)
-        table, lens = table.to(dev), lens.to(dev)
-        for state, layer, out in zip(states, layers, outs):
-            state.forward(layer, state.plan(table, lens), q, k_cache, out, QLEN)
+        bt_static.copy_(table)
+        sl_static.copy_(lens)
+        q_static.copy_(exact_queries(q_static.shape, gen))
+        pdl.plan(bt_static, sl_static)
+        graph.replay()
+        plain.forward(layers[1], plain.plan(bt_static, sl_static), q_static, k_cache, outs[1], QLEN)
         if not torch.equal(outs[0], outs[1]):
             differing.append(step)
-    for state in states:
-        state.check()
+    pdl.check()
+    plain.check()
     assert not differing, f"steps {differing[:10]} ({len(differing)} of 400)"
-    want = reference.full_decode(q.cpu(), base.k_cache, table.cpu(), lens.cpu(), QLEN)
+    want = reference.full_decode(q_static.cpu(), base.k_cache, table, lens, QLEN)
     assert torch.equal(outs[1].cpu(), want)  # the oracle itself, on the last step
