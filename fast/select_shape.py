@@ -53,19 +53,21 @@ def select_split(programs: int, width: int, sms: int) -> int:
     """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
     ``sms`` SMs: 1 for a row of one chunk (MAX_CHUNK columns: one select, where a split
     adds a count and a merge), else doubled from 1 while the grid stays within
-    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns.
+    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns — and 1 if that
+    comes to only 2 (halving a long row does not pay for the merge).
 
     Measured (fast/PERF.md, fifth session; stock top-16 alone, 2 heads, µs): 1024 columns
     4.7 unsplit against 5.9 in 2 slices; 8192 columns, batch 1: 6.3 in 16 slices against
-    10.0 unsplit (the three dependent selects of a long row); batch 32: 9.8 in 2 slices
-    (1 program per SM) against 11.0 in 4 (2 per SM)."""
+    10.0 unsplit (the three dependent selects of a long row); batch 8: 8.0 in 8 slices (1
+    program per SM) against 9.9; batch 32: 11.0 in 4 slices (2 per SM), 9.8 in 2, 10.0
+    unsplit; 4096 columns, batch 32: 8.4 in 2, 7.5 unsplit."""
     padded = triton.next_power_of_2(max(width, 16))
     if padded <= MAX_CHUNK:
         return 1
     split = 1
     while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:
         split *= 2
-    return split
+    return split if split > 2 else 1
 
 
 def fit_split(split: int, programs: int, width: int) -> int:

@@ -155,7 +155,8 @@ def test_select_split_policy_and_validation():
     assert select_split(2, 2048, 132) == 4  # slices keep 512 columns
     assert select_split(2, 1024, 132) == 1  # one chunk: one select, no merge
     assert select_split(16, 8192, 132) == 8  # batch 8: 128 programs, 1 per SM
-    assert select_split(64, 8192, 132) == 2  # 128 programs again
+    assert select_split(64, 8192, 132) == 1  # 2 slices would not pay for the merge
+    assert select_split(2, 4096, 132) == 8
     assert select_split(256, 8192, 132) == 1  # 256 rows fill the SMs already
     assert select_split(2, 300, 132) == 1
     assert fit_split(16, 2, 60) == 4  # 64 padded columns: slices of 16
