@@ -24,6 +24,7 @@ for s in "$@"; do
     test-units) stage test-units 500 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
+    race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_fast_kernels.py -k 'stock_topk or cp1' tests/test_fuzz_cli.py" ;;
     bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;

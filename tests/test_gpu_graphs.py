@@ -6,6 +6,7 @@ import torch
 
 import reference
 from fast.cp import IndexerDecodeCP
+from fuzz.mutants import Mutant, applied
 from fast.programs import exact_queries, random_step
 from fast.symm import SingleRankSymmetric
 from reference.cases import make_case
@@ -61,7 +62,7 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     found by a stress run of the test above (graph replays at batch 8, four processes per
     GPU: ~1 step in 300). Run eagerly, the host's launch gaps let the push finish before the
     merge starts, and that version of this test did not catch the planted bug (3 of 3 runs);
-    whether this graph version does was not measured yet (fast/PERF.md)."""
+    whether this graph version does is ``test_merge_race_test_has_teeth``'s question."""
     dev = torch.device("cuda", torch.cuda.current_device())
     batch = 64
     base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
@@ -95,3 +96,27 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     assert not differing, f"steps {differing[:10]} ({len(differing)} of 400)"
     want = reference.full_decode(q_static.cpu(), base.k_cache, table, lens, QLEN)
     assert torch.equal(outs[1].cpu(), want)  # the oracle itself, on the last step
+
+
+# The merge selecting the keys its poll loaded, without the barrier and reload after the poll.
+_POLL_RACE = Mutant(
+    "merge selects its poll's copy of the keys",
+    "gpu",
+    "fast.cp_kernels",
+    "        tl.debug_barrier()\n        keys = tl.load(recv + off, volatile=True)\n        dst = out_ptr",
+    "        dst = out_ptr",
+)
+
+
+@pytest.mark.slow
+def test_merge_race_test_has_teeth():
+    """The PDL-vs-plain test above catches the race it guards, planted back, in at least
+    one of 5 runs (a race: each run a chance, not a certainty)."""
+    caught = 0
+    with applied(_POLL_RACE):
+        for _ in range(5):
+            try:
+                test_merge_under_pdl_selects_what_a_plain_launch_does()
+            except AssertionError:
+                caught += 1
+    assert caught, "the planted poll race passed 5 runs of the PDL-vs-plain test"
