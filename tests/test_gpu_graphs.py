@@ -6,9 +6,9 @@ import torch
 
 import reference
 from fast.cp import IndexerDecodeCP
-from fuzz.mutants import Mutant, applied
 from fast.programs import exact_queries, random_step
 from fast.symm import SingleRankSymmetric
+from fuzz.mutants import Mutant, applied
 from reference.cases import make_case
 
 pytestmark = pytest.mark.gpu
