@@ -16,40 +16,53 @@ pytestmark = pytest.mark.gpu
 BATCH, QLEN, PAGES, HEADS = 8, 4, 300, 4
 
 
+class _Graphed:
+    """A CP = 1 decode of ``batch`` requests (QLEN, HEADS, PAGES) captured in a CUDA graph
+    over static inputs (``q``, ``table``, ``lens`` on the GPU; ``out`` its result)."""
+
+    def __init__(self, batch: int, seed: int, pdl: bool):
+        dev = torch.device("cuda", torch.cuda.current_device())
+        self.base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
+        self.gen = torch.Generator().manual_seed(seed)
+        self.k_cache = self.base.k_cache.to(dev)
+        self.q = self.base.index_q.to(dev)
+        table, lens = random_step(self.gen, batch, PAGES, self.k_cache.shape[0], QLEN)
+        self.table, self.lens = table.to(dev), lens.to(dev)
+        self.out = torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev)
+        self.state = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=pdl)
+        layer = self.state.new_layer()
+        self.plan = self.state.plan(self.table, self.lens)
+        self.state.forward(layer, self.plan, self.q, self.k_cache, self.out, QLEN)  # compile outside capture
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.state.forward(layer, self.plan, self.q, self.k_cache, self.out, QLEN)
+
+    def step(self):
+        """Draw the next step into the static inputs and plan it (the same buffers); returns
+        its CPU (queries, table, lengths) for the reference."""
+        table, lens = random_step(self.gen, self.lens.shape[0], PAGES, self.k_cache.shape[0], QLEN)
+        q = exact_queries(self.q.shape, self.gen)
+        self.table.copy_(table)
+        self.lens.copy_(lens)
+        self.q.copy_(q)
+        assert self.state.plan(self.table, self.lens) is self.plan  # same batch size: same buffers
+        return q, table, lens
+
+
 @pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
 def test_graph_replay_with_changing_plans(pdl):
-    dev = torch.device("cuda", torch.cuda.current_device())
-    base = make_case(1, [QLEN] * BATCH, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
-    gen = torch.Generator().manual_seed(2)
-    k_cache = base.k_cache.to(dev)
-    q_static = base.index_q.to(dev)
-    table, lens = random_step(gen, BATCH, PAGES, k_cache.shape[0], QLEN)
-    bt_static, sl_static = table.to(dev), lens.to(dev)
-    out = torch.full((BATCH * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev)
-    state = IndexerDecodeCP(heads=HEADS, max_reqs=BATCH, symm=SingleRankSymmetric(dev), pdl=pdl)
-    layer = state.new_layer()
-    plan = state.plan(bt_static, sl_static)
-    state.forward(layer, plan, q_static, k_cache, out, QLEN)  # compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        state.forward(layer, plan, q_static, k_cache, out, QLEN)
+    g = _Graphed(BATCH, seed=2, pdl=pdl)
     checked = 0
     for step in range(1000):
-        table, lens = random_step(gen, BATCH, PAGES, k_cache.shape[0], QLEN)
-        q = exact_queries(q_static.shape, gen)
-        bt_static.copy_(table)
-        sl_static.copy_(lens)
-        q_static.copy_(q)
-        assert state.plan(bt_static, sl_static) is plan  # same batch size: same buffers
-        graph.replay()
+        q, table, lens = g.step()
+        g.graph.replay()
         if step % 97 == 0 or step == 999:
-            want = reference.full_decode(q, base.k_cache, table, lens, QLEN)
-            assert torch.equal(out.cpu(), want), f"step {step}"
+            want = reference.full_decode(q, g.base.k_cache, table, lens, QLEN)
+            assert torch.equal(g.out.cpu(), want), f"step {step}"
             checked += 1
-    state.check()
+    g.state.check()
     assert checked >= 10
-
 
 
 def test_merge_under_pdl_selects_what_a_plain_launch_does():
@@ -63,39 +76,21 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     GPU: ~1 step in 300). Run eagerly, the host's launch gaps let the push finish before the
     merge starts, and that version of this test did not catch the planted bug (3 of 3 runs);
     whether this graph version does is ``test_merge_race_test_has_teeth``'s question."""
-    dev = torch.device("cuda", torch.cuda.current_device())
-    batch = 64
-    base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
-    gen = torch.Generator().manual_seed(5)
-    k_cache = base.k_cache.to(dev)
-    q_static = base.index_q.to(dev)
-    table, lens = random_step(gen, batch, PAGES, k_cache.shape[0], QLEN)
-    bt_static, sl_static = table.to(dev), lens.to(dev)
-    pdl, plain = (IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=p) for p in (True, False))
-    layers = [pdl.new_layer(), plain.new_layer()]
-    outs = [torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev) for _ in layers]
-    plan = pdl.plan(bt_static, sl_static)
-    pdl.forward(layers[0], plan, q_static, k_cache, outs[0], QLEN)  # compile outside capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        pdl.forward(layers[0], plan, q_static, k_cache, outs[0], QLEN)
+    g = _Graphed(64, seed=5, pdl=True)
+    plain = IndexerDecodeCP(heads=HEADS, max_reqs=64, symm=SingleRankSymmetric(g.q.device), pdl=False)
+    layer = plain.new_layer()
+    out = torch.full_like(g.out, -7)
     differing = []
     for step in range(400):
-        table, lens = random_step(gen, batch, PAGES, k_cache.shape[0], QLEN)
-        bt_static.copy_(table)
-        sl_static.copy_(lens)
-        q_static.copy_(exact_queries(q_static.shape, gen))
-        pdl.plan(bt_static, sl_static)
-        graph.replay()
-        plain.forward(layers[1], plain.plan(bt_static, sl_static), q_static, k_cache, outs[1], QLEN)
-        if not torch.equal(outs[0], outs[1]):
+        q, table, lens = g.step()
+        g.graph.replay()
+        plain.forward(layer, plain.plan(g.table, g.lens), g.q, g.k_cache, out, QLEN)
+        if not torch.equal(g.out, out):
             differing.append(step)
-    pdl.check()
+    g.state.check()
     plain.check()
     assert not differing, f"steps {differing[:10]} ({len(differing)} of 400)"
-    want = reference.full_decode(q_static.cpu(), base.k_cache, table, lens, QLEN)
-    assert torch.equal(outs[1].cpu(), want)  # the oracle itself, on the last step
+    assert torch.equal(out.cpu(), reference.full_decode(q, g.base.k_cache, table, lens, QLEN))  # the oracle, last step
 
 
 # The merge selecting the keys its poll loaded, without the barrier and reload after the poll.
