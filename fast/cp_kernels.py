@@ -277,9 +277,9 @@ def merge_kernel(
             spins += 1
         # The block's layout can hold a key in two threads, and the poll's verdict reads one
         # copy of each: the other may have been loaded before the push's store landed and
-        # still be -1 (a whole head's row of -1 under PDL, ~1 in 300 steps at batch 8; found
-        # by a stress run, fast/PERF.md). Every key was seen by some thread before this
-        # barrier, so every thread's reload after it sees it.
+        # still be -1 (a whole head's row of -1 under PDL: ~1 step in 40 at batch 8 with four
+        # processes per GPU in a stress run, fast/PERF.md). Every key was seen by some thread
+        # before this barrier, so every thread's reload after it sees it.
         tl.debug_barrier()
         keys = tl.load(recv + off, volatile=True)
         dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]

@@ -73,7 +73,7 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     What it guards: a poll whose verdict read one thread's copy of each key while another
     thread's copy, loaded before the push's store landed, was selected — a head's row of -1,
     found by a stress run of the test above (graph replays at batch 8, four processes per
-    GPU: ~1 step in 300). Run eagerly, the host's launch gaps let the push finish before the
+    GPU: ~1 step in 40). Run eagerly, the host's launch gaps let the push finish before the
     merge starts, and that version of this test did not catch the planted bug (3 of 3 runs);
     whether this graph version does is ``test_merge_race_test_has_teeth``'s question."""
     g = _Graphed(64, seed=5, pdl=True)
