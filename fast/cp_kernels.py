@@ -248,7 +248,7 @@ def merge_kernel(
     re-arms the arrival count. Every other program has read the parity by then. Each
     program counts itself in (acq_rel) after its work with one atomic add that also says
     whether its row is long and whether it saw the error flag set (at its start, or by its
-    own timeout: nothing else writes the flag while the merge runs), so the last one learns
+    own timeout: only the merge's timeouts write the flag while it runs), so the last one learns
     both from the add's result instead of reading the flag and the lengths after it
     (dependent reads at the end of every layer; fast/PERF.md)."""
     t = tl.program_id(0)
@@ -258,7 +258,12 @@ def merge_kernel(
     own = (seq - QLEN + i) // _PAGE
     k = tl.arange(0, _TOPK)
     parity = tl.load(parity_ptr)
-    failed = tl.load(err_ptr, volatile=True) != 0  # set by an earlier kernel of the step, or none
+    # Set by an earlier kernel of the step, or by another program's timeout. Each thread
+    # loads the flag itself, and warps reading it as that store lands could disagree and
+    # split the poll below, whose reductions every warp joins: the program reads it as a
+    # block and reduces it to one verdict.
+    flag = tl.load(err_ptr + tl.zeros([HR, CP * _TOPK], tl.int32), volatile=True)
+    failed = tl.max(tl.max(flag, axis=1), axis=0) != 0
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
