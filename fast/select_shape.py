@@ -14,6 +14,7 @@ MAX_CHUNK = 1024  # rows up to this many columns take a single select
 MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima first
 MAX_GROUP = 8  # columns per group of the last level
 MAX_SPLIT = 16  # most programs per row of a split select
+MIN_SPLIT = 4  # fewest slices the policy splits a row into: 2 did not pay for the merge
 MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
@@ -54,7 +55,7 @@ def select_split(programs: int, width: int, sms: int) -> int:
     ``sms`` SMs: 1 for a row of one chunk (MAX_CHUNK columns: one select, where a split
     adds a count and a merge), else doubled from 1 while the grid stays within
     SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns — and 1 if that
-    comes to only 2 (halving a long row does not pay for the merge).
+    comes to fewer than MIN_SPLIT slices.
 
     Measured (fast/PERF.md, fifth session; stock top-16 alone, 2 heads, µs): 1024 columns
     4.7 unsplit against 5.9 in 2 slices; 8192 columns, batch 1: 6.3 in 16 slices against
@@ -67,7 +68,7 @@ def select_split(programs: int, width: int, sms: int) -> int:
     split = 1
     while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:
         split *= 2
-    return split if split > 2 else 1
+    return split if split >= MIN_SPLIT else 1
 
 
 def fit_split(split: int, programs: int, width: int) -> int:
