@@ -138,7 +138,10 @@ class IndexerDecodeCP:
         self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
     def new_layer(self) -> CPLayer:
-        """Collective: every rank builds its layers in the same order."""
+        """Collective: every rank builds its layers in the same order. Keep the layer as
+        long as any CUDA graph that captured a forward over it: the graph holds its buffers'
+        and peer-address arrays' addresses, not the tensors, and memory the allocator hands
+        out again would be followed as peer addresses (an illegal-address fault)."""
         tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
         recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
         return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))

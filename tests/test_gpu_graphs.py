@@ -30,13 +30,16 @@ class _Graphed:
         self.table, self.lens = table.to(dev), lens.to(dev)
         self.out = torch.full((batch * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev)
         self.state = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(dev), pdl=pdl)
-        layer = self.state.new_layer()
+        # Kept as long as the graph: it holds the buffers (and their address arrays) the
+        # captured kernels use. Freed, the allocator hands them out again and the replay
+        # follows whatever lands there as peer addresses.
+        self.layer = self.state.new_layer()
         self.plan = self.state.plan(self.table, self.lens)
-        self.state.forward(layer, self.plan, self.q, self.k_cache, self.out, QLEN)  # compile outside capture
+        self.state.forward(self.layer, self.plan, self.q, self.k_cache, self.out, QLEN)  # compile outside capture
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.state.forward(layer, self.plan, self.q, self.k_cache, self.out, QLEN)
+            self.state.forward(self.layer, self.plan, self.q, self.k_cache, self.out, QLEN)
 
     def step(self):
         """Draw the next step into the static inputs and plan it (the same buffers); returns
