@@ -222,7 +222,7 @@ class IndexerDecodeCP:
         split, columns, s = plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
-            self.rows_max, self._recv_elems, plan.scores.stride(0), plan.scores.stride(1),
+            self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda", **common,
         )  # fmt: skip

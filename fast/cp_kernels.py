@@ -34,10 +34,13 @@ from .jit_helpers import (
     pdl_wait,
     merged16,
     peer_ptr,
+    publish_slice,
+    select16,
     select16_rows,
     short_row,
     slice_top16,
     top16,
+    value_keys,
 )
 
 _PAGE = tl.constexpr(PAGE)
@@ -150,6 +153,7 @@ def push_kernel(
     count_ptr,  # int32 [rows * H]: slices done (0 between calls)
     rows_max,
     set_elems,
+    width,  # W: the scores' columns
     stride_sb,
     stride_sr,
     H: tl.constexpr,
@@ -181,23 +185,37 @@ def push_kernel(
     s = tl.program_id(2)
     b = t // QLEN
     i = t % QLEN
+    slot = (_SLOTS - QLEN) + i
+    row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
+    # A slice of one chunk is loaded with the lengths, not one L2 round trip after them;
+    # its columns past them are unwritten (any bits), and the keys drop them.
+    one_chunk: tl.constexpr = SLICE <= CHUNK
+    if one_chunk:
+        cols = s * SLICE + tl.arange(0, SLICE)
+        chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
+    n_local = tl.load(n_local_ptr + b)
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
     if own + 1 > _TOPK:
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
-        n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, tl.load(n_local_ptr + b))
-        slot = (_SLOTS - QLEN) + i
-        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
+        n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
         k = tl.arange(0, _TOPK)
         off = ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
         owners = (h // HR) * R
+        if one_chunk:
+            best = select16(value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False), SORT)
         if SPLIT == 1:
-            best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            if not one_chunk:
+                best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
         else:
             parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
             count = count_ptr + t * H + h
-            if slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT):
+            if one_chunk:
+                last = publish_slice(parts, count, s, best, SPLIT)
+            else:
+                last = slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            if last:
                 _push(merged16(parts, count, SPLIT, SORT), recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
 
 

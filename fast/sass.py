@@ -84,8 +84,9 @@ def _resources(cubin: bytes) -> str:
 def compile_kernels() -> list[str]:
     """Compile the decode's Triton kernels other than the scorers for sm_90: the stock
     top-16 and the CP push at one and four programs per row (1024 columns: the three-level
-    select unsplit, single selects of 256 split), the q exchange, the merge, the compact
-    table and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
+    select unsplit at a chunk of 512, single selects of 256 split, one select of the row at
+    a chunk of 1024), the q exchange, the merge, the compact table and the q-to-tile copy.
+    One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import SelectShape
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
@@ -100,13 +101,13 @@ def compile_kernels() -> list[str]:
          {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024}),
         ("q to tile", _q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
     ]  # fmt: skip
-    for split in (1, 4):
-        shape = SelectShape.for_width(1024 // split, 512)
+    for split, chunk in ((1, 512), (4, 512), (1, 1024)):
+        shape = SelectShape.for_width(1024 // split, chunk)
         select = {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
         kernels += [
-            (f"stock top-16 split={split}", _stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
+            (f"stock top-16 split={split} chunk={shape.chunk}", _stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
              select | {"HS": 2, "QLEN": 2, "WIDTH": 1024, "EMULATE_FMA": False, "PDL": True}),
-            (f"push split={split}", push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 stride_sb:i32 stride_sr:i32",
+            (f"push split={split} chunk={shape.chunk}", push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32",
              select | cp | {"R": 1, "SLICE": 1024 // split}),
         ]  # fmt: skip
     lines = []

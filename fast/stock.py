@@ -12,7 +12,7 @@ from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
 from .backend import pdl_options, resolve_device
-from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, merged16, pdl_wait, short_row, slice_top16, top16
+from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, merged16, pdl_wait, publish_slice, select16, short_row, slice_top16, top16, value_keys
 from .scorer import score_pages
 from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, plan_split
 
@@ -38,20 +38,13 @@ def _q_to_tile_kernel(
 
 
 @triton.jit
-def _row_range(row_ptr, j, n):
-    """(min, max) of the scores at columns j < n of a row."""
-    v = tl.load(row_ptr + j, mask=j < n, other=0.0)
-    return tl.min(tl.where(j < n, v, float("inf")), axis=0), tl.max(tl.where(j < n, v, float("-inf")), axis=0)
-
-
-@triton.jit
 def _stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
     out_ptr,  # int32 [rows, HS, 16]
-    part_ptr,  # int64 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    part_ptr,  # int64 [rows * HS * SPLIT * 16 / 2]: the slices' top 16 as uint32 (SPLIT > 1)
     count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
-    P,  # pages the table holds
+    P,  # pages the table holds (<= W)
     stride_sb,
     stride_sr,
     HS: tl.constexpr,
@@ -79,6 +72,20 @@ def _stock_topk_kernel(
     b = t // QLEN
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
+    row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
+    # The loads that need no length go out with the length's, not one L2 round trip after
+    # it (a top-16 at 8192 pages is a chain of dependent steps; fast/PERF.md): the whole
+    # (padded) row, for the range every slice keys by — one load, not a loop over chunks —
+    # and for a select of one chunk, that chunk. Columns past the length are unwritten
+    # (any bits); the masks below drop them.
+    j = tl.arange(0, WIDTH)
+    row = tl.load(row_ptr + j, mask=j < P, other=0.0)
+    one_chunk: tl.constexpr = WIDTH // SPLIT <= CHUNK
+    cols = s * (WIDTH // SPLIT) + tl.arange(0, WIDTH // SPLIT)
+    if one_chunk and SPLIT > 1:
+        mine = tl.load(row_ptr + cols, mask=cols < P, other=0.0)
+    else:
+        mine = row
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // 128
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
@@ -87,24 +94,25 @@ def _stock_topk_kernel(
             tl.store(dst, short_row(k, own))
     else:
         n = tl.minimum(own, P)
-        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
-        # The whole row's range (every slice keys by it) in one load of the whole (padded)
-        # row, not a loop over chunks (at 8192 columns that was a chain of 8 dependent loads
-        # before the select could start).
-        if n <= CHUNK:
-            lo, hi = _row_range(row_ptr, tl.arange(0, CHUNK), n)
-        else:
-            lo, hi = _row_range(row_ptr, tl.arange(0, WIDTH), n)
+        lo = tl.min(tl.where(j < n, row, float("inf")), axis=0)
+        hi = tl.max(tl.where(j < n, row, float("-inf")), axis=0)
         span = hi - lo
         scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
         bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
+        if one_chunk:
+            best = select16(value_keys(mine, cols, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA), SORT)
         if SPLIT == 1:
-            best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            if not one_chunk:
+                best = top16(row_ptr, n, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
         else:
-            parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
+            parts = part_ptr.to(tl.pointer_type(tl.uint32)) + (t * HS + h) * (SPLIT * _TOPK)
             count = count_ptr + t * HS + h
-            if slice_top16(row_ptr, n, s, parts, count, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, WIDTH // SPLIT, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT):
+            if one_chunk:
+                last = publish_slice(parts, count, s, best, SPLIT)
+            else:
+                last = slice_top16(row_ptr, n, s, parts, count, KEY_STOCK, 1, 0, scale, bias, EMULATE_FMA, WIDTH // SPLIT, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            if last:
                 best = merged16(parts, count, SPLIT, SORT)
                 tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))
 

@@ -112,6 +112,9 @@ def _stock_case(cfg: DecodeConfig, max_chunk: int, split: int | None = None):
     sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV, split=split)
     sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
+    # Columns the scorer does not write keep this: the select loads whole rows before it
+    # knows their lengths, and must drop them (in the range it would squeeze every key).
+    sd._scores[len(cfg.seq_lens)].fill_(POISON)
     out = on(torch.full((case.index_q.shape[0], layout_heads, 16), -7, dtype=torch.int32))
     sd.forward(on(case.index_q), on(case.k_cache), out, case.query_len)
     return case, sd, out.cpu()

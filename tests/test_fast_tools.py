@@ -33,8 +33,9 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
 
 
 def test_decode_kernels_compile_for_sm90():
-    """The Triton kernels other than the scorers, compiled by Triton for the GPU (the split
-    selects in both modes): the interpreter that runs them on CPUs executes Python and
+    """The Triton kernels other than the scorers, compiled by Triton for the GPU (the
+    selects in their three forms: three levels, slices of one chunk, a row of one chunk):
+    the interpreter that runs them on CPUs executes Python and
     accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
     after it did exactly that once)."""
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
@@ -42,7 +43,8 @@ def test_decode_kernels_compile_for_sm90():
     done = subprocess.run([sys.executable, "-m", "fast.sass", "--kernels"], capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     names = [line.split(":")[0] for line in done.stdout.splitlines()]
-    assert names == ["q exchange", "merge", "compact table", "q to tile", "stock top-16 split=1", "push split=1", "stock top-16 split=4", "push split=4"]
+    selects = [f"{kernel} split={split} chunk={chunk}" for split, chunk in ((1, 512), (4, 256), (1, 1024)) for kernel in ("stock top-16", "push")]
+    assert names == ["q exchange", "merge", "compact table", "q to tile", *selects]
 
 
 def test_register_cap_spills_nothing():
