@@ -195,19 +195,24 @@ def push_kernel(
         chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
     n_local = tl.load(n_local_ptr + b)
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    # Where the row's 16 keys go, loaded with the row too, not after its select: slot RANK
+    # of the parity's set in each of the head's R owners' candidates (ranks owners ..
+    # owners + R - 1), [R, 16]; and whether to store them at all (see _push).
+    k = tl.arange(0, _TOPK)
+    off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
+    owners = (h // HR) * R + tl.arange(0, R)
+    dst = tl.load(recv_ptrs + owners).to(tl.pointer_type(tl.int64))[:, None] + off[None, :]
+    healthy = tl.load(err_ptr, volatile=True) == 0
     if own + 1 > _TOPK:
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
-        k = tl.arange(0, _TOPK)
-        off = ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
-        owners = (h // HR) * R
         if one_chunk:
             best = select16(value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False), SORT)
         if SPLIT == 1:
             if not one_chunk:
                 best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-            _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
+            _push(best, dst, healthy)
         else:
             parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
             count = count_ptr + t * H + h
@@ -216,19 +221,18 @@ def push_kernel(
             else:
                 last = slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
             if last:
-                _push(merged16(parts, count, SPLIT, SORT), recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R)
+                _push(merged16(parts, count, SPLIT, SORT), dst, healthy)
 
 
 @triton.jit
-def _push(best, recv_ptrs, owners, parity_ptr, set_elems, off, err_ptr, R: tl.constexpr):
-    """Store a row's 16 keys at ``off`` of the parity's set in each of its R owners'
-    candidates (ranks owners .. owners + R - 1). After an exchange timeout this rank's
-    scores are garbage: push nothing, so the owners time out too rather than merge it (the
-    flag only ever goes from 0 to set within a step, so any later reader agrees)."""
-    if tl.load(err_ptr, volatile=True) == 0:
-        dst = tl.load(parity_ptr) * set_elems + off
-        for rep in tl.static_range(R):
-            tl.store(peer_ptr(recv_ptrs, owners + rep, tl.int64) + dst, best)
+def _push(best, dst, healthy):
+    """Store a row's 16 keys at each row of ``dst`` ([R, 16] pointers: its owners' slots)
+    if ``healthy`` (this process's error flag clear). After an exchange timeout this rank's
+    scores are garbage: push nothing, so the owners time out too rather than merge it. The
+    push reads the flag after its wait, when the exchange's spins are over: the flag only
+    ever goes from 0 to set within a step, so a later reader would agree."""
+    if healthy:
+        tl.store(dst, best[None, :])
 
 
 @triton.jit
