@@ -42,7 +42,7 @@ def _stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
     out_ptr,  # int32 [rows, HS, 16]
-    part_ptr,  # int64 [rows * HS * SPLIT * 16 / 2]: the slices' top 16 as uint32 (SPLIT > 1)
+    part_ptr,  # int64 scratch, read as uint32 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
     count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
     P,  # pages the table holds (<= W)
     stride_sb,
