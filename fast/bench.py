@@ -367,16 +367,15 @@ def print_report(report: dict, file=sys.stdout) -> None:
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
-        print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}  cp eager stages: exchange/score/push/merge", file=file)
-        print(f"  (per layer, every column but 'first' and the eager stages: (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each graph cold after a barrier and a GPU spin that starts the ranks together; what the first layer pays once per step cancels;", file=file)
-        print(f"   'first': T({LAYERS} layers) / {LAYERS}, all included; eager stages: 3 forwards outside graphs, CUDA events, the exchange includes waiting for the peer's launches)", file=file)
+        print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}", file=file)
+        print(f"  (per layer, every column but 'first': (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each graph cold after a barrier, a GPU spin and a rendezvous of the GPUs that starts the ranks together; what the first layer pays once per step cancels;", file=file)
+        print(f"   'first': T({LAYERS} layers) / {LAYERS}, all included)", file=file)
         for r in report["layers"]:
             speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
             print(
                 f"{r['context']:>8} {r['batch']:>5} {r['query_len']:>2} {r['stock_us']:>9.1f} {r['cp_us']:>9.1f} {speed:>7} "
                 f"{r['cp_score_us']:>9.1f} {r['cp_us'] - r['cp_score_us']:>8.1f} {r['stock_score_us']:>9.1f} {r['stock_top16_us']:>8.1f} "
-                f"{r['stock_first_us']:>6.1f}/{r['cp_first_us']:<6.1f}  "
-                + "/".join(f"{r.get(f'cp_{k}_us', float('nan')):.1f}" for k in ("exchange", "score", "push", "merge")),
+                f"{r['stock_first_us']:>6.1f}/{r['cp_first_us']:<6.1f}",
                 file=file,
             )
 

@@ -11,6 +11,7 @@ from reference.constants import SLOTS
 from reference.cp import HeadLayout
 
 from .cp import IndexerDecodeCP, build_cp_decode
+from .rendezvous import Rendezvous
 from .stock import StockDecode
 
 
@@ -249,15 +250,14 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
     over 1 / world of the pages). Each path runs as two CUDA graphs of ``layers`` and
     ``2 * layers`` layers (distinct caches, one table), each replayed after a 256 MB L2 flush,
-    a barrier and a fixed GPU spin (the ranks start together, not a host's launch jitter
-    apart); the per layer time is their difference over ``layers`` (``{path}_us``): what
+    a barrier, a fixed GPU spin and a rendezvous of the GPUs (the ranks start within a
+    poll of each other: ``fast.rendezvous``); the per layer time is their difference over ``layers`` (``{path}_us``): what
     the first layer pays once per step (a rank's wait for the other's launch, what skew is
     left) cancels out; ``{path}_first_us`` is the short graph's time per layer, all of it
     included. Plus each path's scorer alone and the stock top-16
     alone, by the same difference (so ``cp_us - cp_score_us`` compares the same layers: the
     second half of a long graph runs slower than the first at the largest sizes, ~2.5% at
-    1M / 64), each graph's time the median of ``reps``, and the CP stages of eager forwards
-    (CUDA events: ``cp_exchange_us`` ... ``cp_merge_us``). Every rank draws the same inputs."""
+    1M / 64), each graph's time the median of ``reps``. Every rank draws the same inputs."""
     import torch.distributed as dist
 
     from .bench import FLUSH_BYTES, CachePool, random_tile
@@ -272,6 +272,9 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         pool = ctx.state["pool"] = CachePool(2 * layers * need, dev)
         ctx.state["flush"] = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device=dev)
     flush, token = ctx.state["flush"], torch.zeros(1, device=dev)
+    if "rendezvous" not in ctx.state:
+        ctx.state["rendezvous"] = Rendezvous(ctx.symm) if ctx.world > 1 else None
+    meet = ctx.state["rendezvous"]
     caches = [pool.cache[i * need : (i + 1) * need] for i in range(2 * layers)]
     gen = torch.Generator().manual_seed(pages * 131 + batch * 7 + query_len)
     table = torch.randperm(need, generator=gen).view(batch, pages).to(torch.int32).to(dev)
@@ -284,19 +287,24 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         times = []
         for _ in range(reps):
             flush.zero_()
-            if ctx.world > 1:
+            if meet is not None:
                 dist.all_reduce(token)
-            # The ranks' GPUs leave the all-reduce together; a fixed spin after it lets each
-            # host enqueue the graph before its GPU gets there, so the ranks start together
-            # instead of a host's launch jitter apart (which the first layer's exchange would
-            # wait out, and the T(2L) - T(L) difference only cancel on average).
+            # A fixed spin lets each host enqueue the graph before its GPU gets there; the
+            # rendezvous after it starts the ranks' graphs within a poll of each other. The
+            # spin alone left them ~30-80 µs apart in most replays (GPUs leave the all-reduce
+            # together but not the spin), which the first layer's exchange waits out and the
+            # T(2L) - T(L) difference cancels only when both graphs drew the same skew.
             torch.cuda._sleep(_START_SPIN_CYCLES)
+            if meet is not None:
+                meet()
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
             run()
             b.record()
             b.synchronize()
             times.append(a.elapsed_time(b) * 1e3 / per)
+        if meet is not None:
+            meet.check()
         return sorted(times)[len(times) // 2]
 
     def graphed(fn, *args):
@@ -328,10 +336,6 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         result[f"{path}_first_us"] = runs[layers] / layers
         result[f"{path}_us"] = (runs[2 * layers] - runs[layers]) / layers
         if path == "cp":
-            stages: dict = {}
-            for _ in range(3):  # eager, every rank alike: the stage split of the layer time
-                decode.forward(g.cp_layers[0], s.plan, s.index_q[0], caches[0], s.out[0], query_len, stage_times=stages)
-            result.update({f"cp_{k}_us": v / 3 * 1e6 for k, v in stages.items()})
             tile = random_tile(batch, heads, gen, dev)
             result["cp_score_us"] = per_layer(_score_layers, tile, s.plan.block_table, s.plan.score_lens, s.plan.scores, query_len)
         else:

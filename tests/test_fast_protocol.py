@@ -188,6 +188,40 @@ def _missing_peer(ctx, case):
     return decode_on_rank(ctx, case, "cp", spin_limit=300 if ctx.backend == "cpu" else None, skip_forward=ctx.rank == 1)
 
 
+def test_rendezvous_waits_for_the_last_rank():
+    """The benchmark's rendezvous: rank 1's host arrives 0.5 s late, and rank 0's stream
+    must not get past it before then (a rendezvous that did not wait would return at once)."""
+    waited = pool(2).run(_rendezvous, late_rank=1, absent_rank=None, spin_limit=None)
+    assert waited[0] > 0.4, waited
+
+
+def test_rendezvous_without_a_peer_is_reported_not_a_hang():
+    """Rank 1 never arrives: rank 0 gives up within its bound and raises."""
+    start = time.monotonic()
+    with RankPool(2, BACKEND) as p:
+        with pytest.raises(RankError, match="rendezvous gave up"):
+            p.run(_rendezvous, late_rank=None, absent_rank=1, spin_limit=300 if BACKEND == "cpu" else 1 << 16, timeout=120)
+    assert time.monotonic() - start < 120
+
+
+def _rendezvous(ctx, late_rank, absent_rank, spin_limit):
+    """Two rendezvous on this rank (none if it is ``absent_rank``, after 0.5 s if it is
+    ``late_rank``); the host's seconds until its stream got past them."""
+    from fast.rendezvous import Rendezvous
+
+    meet = Rendezvous(ctx.symm, spin_limit=spin_limit)
+    if ctx.rank == late_rank:
+        time.sleep(0.5)
+    start = time.monotonic()
+    if ctx.rank != absent_rank:
+        meet()
+        meet()
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    meet.check()
+    return time.monotonic() - start
+
+
 def test_cli_decode_writes_the_assembled_output(tmp_path):
     case = make_case(11, [seq_len_for(30, 2), seq_len_for(5, 0)], query_len=2, heads=4, pattern="zeros")
     case.save(tmp_path / "case.pt")

@@ -76,7 +76,7 @@ def test_bench_report_prints_every_section():
     from fast.bench import print_report
 
     layer = {"context": 8192, "batch": 1, "query_len": 1, "stock_us": 9.0, "cp_us": 12.0, "stock_first_us": 9.5, "cp_first_us": 16.0,
-             "cp_score_us": 5.0, "stock_score_us": 6.0, "stock_top16_us": 3.0, "cp_exchange_us": 1.0, "cp_score_stage_us": 5.0}  # fmt: skip
+             "cp_score_us": 5.0, "stock_score_us": 6.0, "stock_top16_us": 3.0}  # fmt: skip
     report = {
         "machine": {"gpu": "GPU", "gpus": 2, "sms": 132, "memory_gib": 140, "torch": "t", "triton": "3.6", "commit": "c", "date": "d"},
         "ceilings": {"copy_read_plus_write_GBps": 2700.0, "stream_read_GBps": 4500.0},
