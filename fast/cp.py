@@ -21,7 +21,7 @@ from .backend import pdl_options
 from .cp_kernels import MAX_MERGE_ROWS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split
+from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -214,12 +214,13 @@ class IndexerDecodeCP:
         )  # fmt: skip
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
+        split, columns, s = plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
-            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, first_slot=SLOTS - query_len,
+            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
+            release=self.pdl and release_select(rows * self.heads * split), first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
-        split, columns, s = plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),

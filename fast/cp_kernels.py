@@ -110,8 +110,14 @@ def q_exchange_kernel(
     PDL: tl.constexpr,
 ):
     """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
-    then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing. It
-    must not release its dependent early: the scorer after it reads the whole tile.
+    then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing.
+
+    It releases the scorer as soon as its own wait is over: the scorer loads the lengths,
+    the compact table and its first pages before it waits for this kernel (``score_pages``'
+    prefetch), and nothing earlier in the stream writes them once this kernel's producer is
+    done. The scorer reads the tile only after that wait, i.e. after this whole grid.
+    The length, the parity, every rank's tile address and the q rows are loaded together,
+    not one L2 round trip after another.
 
     With R replicas per head (H < CP) each replica stores only its 32 / R words of the head's
     row: every word has exactly one writer, and every rank's tile row is complete only once
@@ -120,18 +126,20 @@ def q_exchange_kernel(
     run steps ahead of the slower one (all-short steps wait for nobody else), and the slower
     replica's stores would land in tiles already re-armed or already holding a later step."""
     pdl_wait(PDL)  # for index_q's producer
+    pdl_release(PDL)
     t = tl.program_id(0)
     b = t // QLEN
-    if tl.load(seq_lens_ptr + b) > _LONG_LEN:
-        slot = (_SLOTS - QLEN) + t % QLEN
-        base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
-        w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
-        for hl in tl.static_range(HR):
-            row = tl.load(q_ptr + (t * HR + hl) * _WORDS + w)
-            for dst in tl.static_range(CP):
-                tl.store(peer_ptr(tile_ptrs, dst, tl.int32) + base + (HEAD0 + hl) * _WORDS + w, row)
-        hw = tl.arange(0, H * _WORDS)
-        local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + hw
+    seq = tl.load(seq_lens_ptr + b)
+    slot = (_SLOTS - QLEN) + t % QLEN
+    base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+    tiles = tl.load(tile_ptrs + tl.arange(0, CP)).to(tl.pointer_type(tl.int32))  # every rank's
+    hl = tl.arange(0, HR)
+    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
+    rows = tl.load(q_ptr + (t * HR + hl[:, None]) * _WORDS + w[None, :])  # [HR, 32 / R]
+    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + tl.arange(0, H * _WORDS)
+    if seq > _LONG_LEN:
+        dst = tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * _WORDS + w[None, :])[None, :, :]  # [CP, HR, 32 / R]
+        tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, _WORDS // R]))
         pending = has_ff_byte(tl.load(local, volatile=True))
         spins = 0
         while pending & (spins < spin_limit):
@@ -178,8 +186,6 @@ def push_kernel(
     With SPLIT > 1 (few rows) slice s, the row's columns [s * SLICE, (s + 1) * SLICE),
     takes its own top 16 and the row's last slice to finish pushes the 16 best of them
     (exact, as in the stock top-16: keys are unique)."""
-    pdl_wait(PDL)
-    pdl_release(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -187,21 +193,27 @@ def push_kernel(
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-    # A slice of one chunk is loaded with the lengths, not one L2 round trip after them;
-    # its columns past them are unwritten (any bits), and the keys drop them.
-    one_chunk: tl.constexpr = SLICE <= CHUNK
-    if one_chunk:
-        cols = s * SLICE + tl.arange(0, SLICE)
-        chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
+    # Before the wait (the scorer lets a small push launch early: select_shape.
+    # release_select), what no kernel of the step writes: the lengths, and where the row's
+    # 16 keys go — slot RANK of the parity's set in each of the head's R owners' candidates
+    # (ranks owners .. owners + R - 1), [R, 16]. The parity was last written by this
+    # layer's merge in the step before, which had completed when this step's exchange
+    # passed its wait (the exchange releases the scorer only then).
     n_local = tl.load(n_local_ptr + b)
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
-    # Where the row's 16 keys go, loaded with the row too, not after its select: slot RANK
-    # of the parity's set in each of the head's R owners' candidates (ranks owners ..
-    # owners + R - 1), [R, 16]; and whether to store them at all (see _push).
     k = tl.arange(0, _TOPK)
     off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
     owners = (h // HR) * R + tl.arange(0, R)
     dst = tl.load(recv_ptrs + owners).to(tl.pointer_type(tl.int64))[:, None] + off[None, :]
+    pdl_wait(PDL)
+    pdl_release(PDL)
+    # A slice of one chunk is loaded right after the wait, before its length is known (its
+    # columns past it are unwritten, any bits, and the keys drop them); with it, whether to
+    # store the keys at all (see _push).
+    one_chunk: tl.constexpr = SLICE <= CHUNK
+    if one_chunk:
+        cols = s * SLICE + tl.arange(0, SLICE)
+        chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
     healthy = tl.load(err_ptr, volatile=True) == 0
     if own + 1 > _TOPK:
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
@@ -272,7 +284,11 @@ def merge_kernel(
     whether its row is long and whether it saw the error flag set (at its start, or by its
     own timeout: only the merge's timeouts write the flag while it runs), so the last one learns
     both from the add's result instead of reading the flag and the lengths after it
-    (dependent reads at the end of every layer; fast/PERF.md)."""
+    (dependent reads at the end of every layer; fast/PERF.md).
+
+    It lets the next kernel launch at once (a dependent waits for this grid's completion
+    before it reads anything; its launch is then off the critical path)."""
+    pdl_release(PDL)
     t = tl.program_id(0)
     b = t // QLEN
     i = t % QLEN

@@ -44,19 +44,21 @@ def _aligned(signature: dict) -> dict:
 
 
 def scorer_sass(
-    kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None, first_slot: int = 0
+    kernel: str, hs: int, tokens: int | None, pages: int | None, num_warps: int = 4, depth: int | None = None, first_slot: int = 0,
+    pdl: bool = False,
 ) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
-    prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step)."""
+    prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
+    pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait)."""
     live = (8 - first_slot) * hs
-    common = {"HS": hs, "SLOT0": first_slot, "PDL": False}
+    common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
     if kernel == "wgmma":
-        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH}
+        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False}
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
-        signature = {k: v for k, v in fields if k != "TOK"} | {"DEPTH": "constexpr"}
+        signature = {k: v for k, v in fields if k != "TOK"} | {"DEPTH": "constexpr", "PREFETCH": "constexpr", "RELEASE": "constexpr"}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
         if (cap := max_registers(live)) is not None:
@@ -151,14 +153,15 @@ def main(argv=None) -> int:
     parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
+    parser.add_argument("--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)")
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
     args = parser.parse_args(argv)
     if args.kernels:
         print("\n".join(compile_kernels()))
         return 0
-    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.first_slot)
-    print(f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
+    usage, sass = scorer_sass(args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.first_slot, args.pdl)
+    print(f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''} tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}")
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")
     loop = main_loop_mix(sass)

@@ -201,6 +201,8 @@ def score_pages(
     q_sel: torch.Tensor | None = None,
     q_set_stride: int = 0,
     pdl: bool = False,
+    prefetch: bool = False,
+    release: bool = False,
     pages_per_program: int | None = None,
     dequant: str | None = None,
     num_warps: int = 4,
@@ -217,7 +219,15 @@ def score_pages(
     ``[B, 8 * Hs, W]`` (rows contiguous). Stores column j of row (slot, head) for
     ``j < min((len - 1) // 128, W)`` and ``j < (len - 8 + slot) // 128``; nothing else.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` bytes (the
-    CP path's double-buffered tiles); by default the tile itself. dequant: "wgmma" (the GPU
+    CP path's double-buffered tiles); by default the tile itself. pdl: launch as a
+    programmatic dependent (GPUs), waiting for the producer before reading the q tile;
+    prefetch (with pdl, wgmma only): load the lengths, the table and each program's first
+    blocks before that wait — only where the producer releases the scorer after its own
+    wait, so that nothing earlier in the stream still writes them (the stock and CP
+    decodes' q kernels do); release (with pdl, wgmma only): let the dependent grid launch
+    at once instead of at the scorer's end — its launch latency hidden, but its programs
+    land on the first SMs the scorer frees, several to an SM: a loss where each runs a long
+    select (fast/PERF.md, seventh session). dequant: "wgmma" (the GPU
     default), "prmt" (GPUs) or "table" (the interpreter's; on a GPU for comparison);
     pages_per_program: pages per program (defaults: wgmma ``scorer_wgmma.pages_per_program``
     of the grid, PRMT_PAGES; table: 1 on GPUs, 16 in the interpreter); blocks_ahead: 1 or
@@ -250,6 +260,9 @@ def score_pages(
         raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
     if register_cap != "auto" and (dequant != "wgmma" or not (register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255))):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    for name, on in (("prefetch", prefetch), ("release", release)):
+        if on and not (pdl and dequant == "wgmma"):
+            raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, dequant={dequant!r})")
     if loads_only and dequant != "wgmma":
         raise ValueError(f"loads_only: the wgmma kernel's probe, not {dequant!r}'s")
     if not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
@@ -265,7 +278,7 @@ def score_pages(
         rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
             ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)))
-            tuning = dict(ROWS=mma_rows(live), DEPTH=blocks_ahead or WGMMA_DEPTH, LOADS_ONLY=bool(loads_only), num_warps=4)
+            tuning = dict(ROWS=mma_rows(live), DEPTH=blocks_ahead or WGMMA_DEPTH, PREFETCH=prefetch, RELEASE=release, LOADS_ONLY=bool(loads_only), num_warps=4)
             cap = wgmma_max_registers(live) if register_cap == "auto" else register_cap
             if cap is not None:
                 tuning["maxnreg"] = cap

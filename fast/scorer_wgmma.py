@@ -39,7 +39,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
-from triton.language.extra.cuda import gdc_wait
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 
@@ -190,6 +190,8 @@ def _score_kernel_wgmma(
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
     PDL: gl.constexpr,
+    PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
+    RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
@@ -198,7 +200,15 @@ def _score_kernel_wgmma(
     tokens each). Each warp keeps its
     own maxima of every page in shared memory; one barrier and one cross-warp max per
     program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
-    instructions at Hs = 4: fast/PERF.md)."""
+    instructions at Hs = 4: fast/PERF.md).
+
+    Under PDL with RELEASE the kernel lets its dependent (the select) launch at once: its
+    launch is then off the critical path, but its programs take the slots the scorer frees
+    first, packed onto a few SMs (``score_pages``' release). With PREFETCH the
+    program loads its length, its table entries and its first blocks before waiting for
+    the producer (the q tile's): only for a producer that releases this kernel after its own
+    wait, when nothing earlier in the stream still writes the cache, the table or the
+    lengths (``score_pages``' ``prefetch``)."""
     # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp
     if ROWS == 8:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
@@ -208,12 +218,25 @@ def _score_kernel_wgmma(
     b = gl.program_id(0)
     first = gl.program_id(1) * PPP
     if PDL:
-        gdc_wait()
+        if not PREFETCH:
+            gdc_wait()
+        if RELEASE:
+            gdc_launch_dependents()
     # n and own below are scorer._pages_scored / _query_rows' formulas (a Gluon kernel
     # cannot call triton.jit helpers); tests hold both kernels to the same stored columns.
     length = gl.load(lens_ptr + b)
     n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
     if first < n:
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2)
+        if DEPTH == 2:
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2)
+        else:
+            c1, s1 = c0, s0
+        if PDL:
+            if PREFETCH:
+                gdc_wait()  # for the q tile
         # q, gathered in logical column order: row k of the shared tile is dimension d(k)
         q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
         k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
@@ -229,14 +252,6 @@ def _score_kernel_wgmma(
             q_regs = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
         # warp w's maxima of page i at [i, w, :]
         maxima = gl.allocate_shared_memory(gl.float32, [PPP, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-
-        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2)
-        if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2)
-        else:
-            c1, s1 = c0, s0
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros  # each page's running maximum (its first block overwrites it)
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads

@@ -18,6 +18,7 @@ MIN_SPLIT = 4  # fewest slices the policy splits a row into: 2 did not pay for t
 MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
+RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,17 @@ def select_split(programs: int, width: int, sms: int) -> int:
     while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:
         split *= 2
     return split if split >= MIN_SPLIT else 1
+
+
+def release_select(programs: int) -> bool:
+    """Whether the scorer lets a select of ``programs`` programs (rows x heads x split)
+    launch at once under PDL (``score_pages``' release) rather than at its end. Early, the
+    launch is hidden, but the programs land several to an SM on the SMs the scorer frees
+    first. Measured (fast/PERF.md, seventh session; layers, µs, release / not): a CP push of 4
+    programs (128K, batch 1) 11.4 / 12.2, of 64 (1M, batch 1, 16 slices) 27.2 / 26.9, of 128
+    (128K, batch 32) 64.6 / 63.4; a stock select of 2 (8K, batch 1) 5.0 / 5.2, of 32 (1M,
+    batch 1) 35.4 / 35.6, of 512 (128K, batch 64, q 4) 212.2 / 210.1."""
+    return programs <= RELEASE_PROGRAMS
 
 
 def fit_split(split: int, programs: int, width: int) -> int:

@@ -12,9 +12,9 @@ from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
 from .backend import pdl_options, resolve_device
-from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, merged16, pdl_wait, publish_slice, select16, short_row, slice_top16, top16, value_keys
+from .jit_helpers import KEY_STOCK, RANKED, fmaf, keys_to_pages, merged16, pdl_release, pdl_wait, publish_slice, select16, short_row, slice_top16, top16, value_keys
 from .scorer import score_pages
-from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, plan_split
+from .select_shape import SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -28,8 +28,11 @@ def _q_to_tile_kernel(
     QLEN: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Row t = (b, i) goes to slot 8 - QLEN + i of request b."""
+    """Row t = (b, i) goes to slot 8 - QLEN + i of request b. Releases the scorer once
+    its own wait is over (the scorer loads the table, the lengths and its first pages
+    before it waits for this kernel: ``score_pages``' prefetch)."""
     pdl_wait(PDL)
+    pdl_release(PDL)
     t = tl.program_id(0)
     b = t // QLEN
     slot = (_SLOTS - QLEN) + t % QLEN
@@ -64,8 +67,11 @@ def _stock_topk_kernel(
     With SPLIT > 1 (few rows: one program per row would leave the GPU idle while it runs
     three dependent selects) slice s of the row, columns [s * W / SPLIT, (s + 1) * W /
     SPLIT), takes its own top 16; the row's last slice to finish selects the 16 best of the
-    SPLIT * 16. Exact: keys are unique and the best 16 of a row are among its slices' best."""
+    SPLIT * 16. Exact: keys are unique and the best 16 of a row are among its slices' best.
+    It lets the next kernel launch once its own wait is over (a dependent waits for this
+    grid's completion before it reads anything)."""
     pdl_wait(PDL)
+    pdl_release(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -170,15 +176,23 @@ class StockDecode:
         tile, scores = self._tiles[batch], self._scores[batch]
         width = min(self.block_table.shape[1], MAX_PAGES)
         _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, **pdl_options(self.pdl))
-        score_pages(tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl, first_slot=SLOTS - query_len)
+        split = self._split(rows)[0]
+        score_pages(
+            tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl, prefetch=self.pdl,
+            release=self.pdl and release_select(rows * self.heads * split), first_slot=SLOTS - query_len,
+        )  # fmt: skip
         return self.select(out, query_len)
+
+    def _split(self, rows: int):
+        """``plan_split`` of the top-16 over ``rows`` rows (batch x query_len)."""
+        return plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
 
     def select(self, out: torch.Tensor, query_len: int) -> torch.Tensor:
         """The top-16 stage alone, on the scores the last forward of this batch size left
         (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
-        split, columns, shape = plan_split(self.split, batch * query_len * self.heads, self.width, self.device, self.shape)
+        split, columns, shape = self._split(batch * query_len)
         _stock_topk_kernel[(batch * query_len, self.heads, split)](
             scores,
             self.seq_lens,

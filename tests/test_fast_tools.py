@@ -50,8 +50,9 @@ def test_decode_kernels_compile_for_sm90():
 def test_register_cap_spills_nothing():
     """The wgmma kernel at N <= 16 is compiled with a register cap (6 programs per SM
     instead of 5: fast/PERF.md); a kernel change that makes the cap spill would silently
-    trade that gain for local-memory traffic. Every capped shape the decode launches: N = 8
-    (mma.sync: Hs = 1, or q x Hs <= 8) and N = 16 (wgmma). Compiled in a child without the
+    trade that gain for local-memory traffic. Every capped shape the decode launches, as it
+    launches them (PDL, the prefetch before the wait): N = 8 (mma.sync: Hs = 1, or q x Hs <=
+    8) and N = 16 (wgmma). Compiled in a child without the
     interpreter (Gluon cannot lower the interpreter's functions; in this process only a
     warm Triton cache would hide that)."""
     from fast.scorer_wgmma import max_registers
@@ -59,7 +60,7 @@ def test_register_cap_spills_nothing():
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
     for hs, first_slot in ((1, 0), (2, 0), (4, 7), (4, 4)):
-        cmd = [sys.executable, "-m", "fast.sass", "--hs", str(hs), "--first-slot", str(first_slot)]
+        cmd = [sys.executable, "-m", "fast.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl"]
         done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
         assert done.returncode == 0, done.stderr
         usage = done.stdout.splitlines()[0]
