@@ -18,7 +18,7 @@ from reference.validate import check_int
 
 from . import checks
 from .backend import pdl_options
-from .cp_kernels import MAX_MERGE_ROWS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .cp_kernels import MAX_MERGE_ROWS, MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
@@ -231,7 +231,7 @@ class IndexerDecodeCP:
         merge_kernel[(rows,)](
             plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
             self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", **common,
+            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS, **common,
         )  # fmt: skip
         clock.lap("merge")
         clock.done()

@@ -54,6 +54,9 @@ _LONG_LEN = tl.constexpr(TOPK * PAGE)
 # The merge's int64 arrival count: programs arrived, long ones and failed ones, in fields of
 # 21 bits (IndexerDecodeCP keeps a step's rows below MAX_MERGE_ROWS).
 MAX_MERGE_ROWS = 1 << 21
+# The merge's warps: with one, its poll's block holds one copy of each key (merge_kernel).
+MERGE_WARPS = 1
+_MERGE_WARPS = tl.constexpr(MERGE_WARPS)
 _LONG = tl.constexpr(MAX_MERGE_ROWS)
 _FAILED = tl.constexpr(MAX_MERGE_ROWS * MAX_MERGE_ROWS)
 
@@ -318,13 +321,16 @@ def merge_kernel(
             keys = tl.load(recv + off, volatile=True)
             pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
             spins += 1
-        # The block's layout can hold a key in two threads, and the poll's verdict reads one
-        # copy of each: the other may have been loaded before the push's store landed and
-        # still be -1 (a whole head's row of -1 under PDL: ~1 step in 40 at batch 8 with four
-        # processes per GPU in a stress run, fast/PERF.md). Every key was seen by some thread
-        # before this barrier, so every thread's reload after it sees it.
-        tl.debug_barrier()
-        keys = tl.load(recv + off, volatile=True)
+        # The program is MERGE_WARPS warps (one): a block of at least 32 keys holds each key
+        # in one thread, so the keys the poll's verdict read are the keys selected. Where a
+        # key has two copies (fewer keys than threads: CP = 1 with one head, or more warps)
+        # the verdict reads one of them, and the other may have been loaded before the
+        # push's store landed and still be -1 (a whole head's row of -1 under PDL: ~1 step
+        # in 40 at batch 8, four warps, in a stress run; fast/PERF.md). Every key was seen
+        # by some thread before the barrier, so every thread's reload after it sees it.
+        if HR * CP * _TOPK < 32 * _MERGE_WARPS:
+            tl.debug_barrier()
+            keys = tl.load(recv + off, volatile=True)
         dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
         if pending:
             tl.store(err_ptr, _ERR_MERGE)

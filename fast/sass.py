@@ -89,7 +89,7 @@ def compile_kernels() -> list[str]:
     select unsplit at a chunk of 512, single selects of 256 split, one select of the row at
     a chunk of 1024), the q exchange, the merge, the compact table and the q-to-tile copy.
     One "name: REG:.." line each; raises on a compile error."""
-    from .cp_kernels import compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+    from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import SelectShape
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
 
@@ -115,7 +115,8 @@ def compile_kernels() -> list[str]:
     lines = []
     for name, fn, args, constexprs in kernels:
         signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
-        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+        warps = MERGE_WARPS if fn is merge_kernel else 4  # as launched
+        kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
         lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
     return lines
 

@@ -4,11 +4,11 @@ changing every step (CP = 1: the buffer is its own peer; the multi-GPU tier is t
 import pytest
 import torch
 
+import fast.cp
 import reference
 from fast.cp import IndexerDecodeCP
 from fast.programs import exact_queries, random_step
 from fast.symm import SingleRankSymmetric
-from fuzz.mutants import Mutant, applied
 from reference.cases import make_case
 
 pytestmark = pytest.mark.gpu
@@ -78,7 +78,8 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     found by a stress run of the test above (graph replays at batch 8, four processes per
     GPU: ~1 step in 40). Run eagerly, the host's launch gaps let the push finish before the
     merge starts, and that version of this test did not catch the planted bug (3 of 3 runs);
-    this graph version did (``test_merge_race_test_has_teeth`` passed on the H200, 5c17895)."""
+    this graph version did (``test_merge_race_test_has_teeth`` passed on the H200: at 5c17895
+    with the barrier and reload removed; with the one-warp merge, run on four warps)."""
     g = _Graphed(64, seed=5, pdl=True)
     plain = IndexerDecodeCP(heads=HEADS, max_reqs=64, symm=SingleRankSymmetric(g.q.device), pdl=False)
     layer = plain.new_layer()
@@ -96,25 +97,18 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     assert torch.equal(out.cpu(), reference.full_decode(q, g.base.k_cache, table, lens, QLEN))  # the oracle, last step
 
 
-# The merge selecting the keys its poll loaded, without the barrier and reload after the poll.
-_POLL_RACE = Mutant(
-    "merge selects its poll's copy of the keys",
-    "gpu",
-    "fast.cp_kernels",
-    "        tl.debug_barrier()\n        keys = tl.load(recv + off, volatile=True)\n        dst = out_ptr",
-    "        dst = out_ptr",
-)
-
-
 @pytest.mark.slow
-def test_merge_race_test_has_teeth():
+def test_merge_race_test_has_teeth(monkeypatch):
     """The PDL-vs-plain test above catches the race it guards, planted back, in at least
-    one of 5 runs (a race: each run a chance, not a certainty)."""
+    one of 5 runs (a race: each run a chance, not a certainty). The plant: the merge
+    launched on four warps with the one-warp code — its poll's block then holds two copies
+    of a key, the verdict reads one, and nothing reloads the other before the select. (A
+    source mutant of fast.cp would not reach the class this module imported.)"""
+    monkeypatch.setattr(fast.cp, "MERGE_WARPS", 4)  # IndexerDecodeCP.forward reads it per call
     caught = 0
-    with applied(_POLL_RACE):
-        for _ in range(5):
-            try:
-                test_merge_under_pdl_selects_what_a_plain_launch_does()
-            except AssertionError:
-                caught += 1
+    for _ in range(5):
+        try:
+            test_merge_under_pdl_selects_what_a_plain_launch_does()
+        except AssertionError:
+            caught += 1
     assert caught, "the planted poll race passed 5 runs of the PDL-vs-plain test"
