@@ -251,13 +251,14 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     over 1 / world of the pages). Each path runs as two CUDA graphs of ``layers`` and
     ``2 * layers`` layers (distinct caches, one table), each replayed after a 256 MB L2 flush,
     a barrier, a fixed GPU spin and a rendezvous of the GPUs (the ranks start within a
-    poll of each other: ``fast.rendezvous``); the per layer time is their difference over ``layers`` (``{path}_us``): what
-    the first layer pays once per step (a rank's wait for the other's launch, what skew is
-    left) cancels out; ``{path}_first_us`` is the short graph's time per layer, all of it
-    included. Plus each path's scorer alone and the stock top-16
-    alone, by the same difference (so ``cp_us - cp_score_us`` compares the same layers: the
-    second half of a long graph runs slower than the first at the largest sizes, ~2.5% at
-    1M / 64), each graph's time the median of ``reps``. Every rank draws the same inputs."""
+    poll of each other: ``fast.rendezvous``); the per layer time is their difference over
+    ``layers`` (``{path}_us``): what the first layer pays once per step (a rank's wait for
+    the other's launch, what skew is left) cancels out; ``{path}_first_us`` is the short
+    graph's time per layer, all of it included. Plus each path's scorer alone and the stock
+    top-16 alone, by the same difference (so ``cp_us - cp_score_us`` compares the same
+    layers: the second half of a long graph runs slower than the first at the largest
+    sizes, ~2.5% at 1M / 64), each graph's time the median of ``reps``. Every rank draws the
+    same inputs."""
     import torch.distributed as dist
 
     from .bench import FLUSH_BYTES, CachePool, random_tile

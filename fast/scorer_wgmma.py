@@ -204,11 +204,11 @@ def _score_kernel_wgmma(
 
     Under PDL with RELEASE the kernel lets its dependent (the select) launch at once: its
     launch is then off the critical path, but its programs take the slots the scorer frees
-    first, packed onto a few SMs (``score_pages``' release). With PREFETCH the
-    program loads its length, its table entries and its first blocks before waiting for
-    the producer (the q tile's): only for a producer that releases this kernel after its own
+    first, packed onto a few SMs (``score_pages``' release). With PREFETCH the program
+    loads its length, its table entries and its first blocks before waiting for the
+    producer (the q tile's): only for a producer that releases this kernel after its own
     wait, when nothing earlier in the stream still writes the cache, the table or the
-    lengths (``score_pages``' ``prefetch``)."""
+    lengths (``score_pages``' prefetch)."""
     # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp
     if ROWS == 8:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
