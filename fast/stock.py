@@ -176,23 +176,28 @@ class StockDecode:
         tile, scores = self._tiles[batch], self._scores[batch]
         width = min(self.block_table.shape[1], MAX_PAGES)
         _q_to_tile_kernel[(rows,)](index_q.view(torch.int32), tile.view(torch.int32), HS=self.heads, QLEN=query_len, **pdl_options(self.pdl))
-        split = self._split(rows)[0]
+        split = self._split(rows)
         score_pages(
             tile, k_cache, self.block_table[:, :width], self.seq_lens, scores[:, :, :width], pdl=self.pdl, prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split), first_slot=SLOTS - query_len,
+            release=self.pdl and release_select(rows * self.heads * split[0]), first_slot=SLOTS - query_len,
         )  # fmt: skip
-        return self.select(out, query_len)
+        return self._select(out, query_len, split)
 
-    def _split(self, rows: int):
+    def _split(self, rows: int) -> tuple:
         """``plan_split`` of the top-16 over ``rows`` rows (batch x query_len)."""
         return plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
 
     def select(self, out: torch.Tensor, query_len: int) -> torch.Tensor:
         """The top-16 stage alone, on the scores the last forward of this batch size left
-        (forward calls it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
+        (forward runs it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
+        return self._select(out, query_len, self._split(self.seq_lens.shape[0] * query_len))
+
+    def _select(self, out: torch.Tensor, query_len: int, split_plan: tuple) -> torch.Tensor:
+        """``select`` with its ``_split`` already planned (forward plans it once for the
+        scorer's release and the select)."""
         batch = self.seq_lens.shape[0]
         scores = self._scores[batch]
-        split, columns, shape = self._split(batch * query_len)
+        split, columns, shape = split_plan
         _stock_topk_kernel[(batch * query_len, self.heads, split)](
             scores,
             self.seq_lens,
