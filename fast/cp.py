@@ -17,11 +17,11 @@ from reference.cp import HeadLayout, compact_width
 from reference.validate import check_int
 
 from . import checks
-from .backend import pdl_options
+from .backend import pdl_options, sm_count
 from .cp_kernels import MAX_MERGE_ROWS, MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
+from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,7 @@ class IndexerDecodeCP:
         self.spin_limit = spin_limit or DEFAULT_SPIN_LIMIT[self.device.type]
         self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
         self.max_chunk = max_chunk
+        self._sms = sm_count(str(self.device)) if self.device.type == "cuda" else 0  # push_warps'
         self.width = 0  # compact width W, fixed by the first plan
         self.shape: SelectShape | None = None
         self.error = torch.zeros(1, dtype=torch.int32, device=self.device)
@@ -225,7 +226,8 @@ class IndexerDecodeCP:
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=columns,
-            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda", **common,
+            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
+            num_warps=push_warps(rows * self.heads * split, columns <= s.chunk, self._sms), **common,
         )  # fmt: skip
         clock.lap("push")
         merge_kernel[(rows,)](

@@ -19,6 +19,7 @@ MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
+ONE_WARP_PER_SM = 4  # fewest programs per SM of a one-chunk CP push run one warp each (push_warps)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,19 @@ def release_select(programs: int) -> bool:
     (128K, batch 32) 64.6 / 63.4; a stock select of 2 (8K, batch 1) 5.0 / 5.2, of 32 (1M,
     batch 1) 35.4 / 35.6, of 512 (128K, batch 64, q 4) 212.2 / 210.1."""
     return programs <= RELEASE_PROGRAMS
+
+
+def push_warps(programs: int, one_chunk: bool, sms: int) -> int:
+    """Warps per program of the CP push (``cp_kernels.push_kernel``): 1 where each program
+    selects from one chunk and there are at least ONE_WARP_PER_SM programs per SM, else 4.
+
+    One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
+    barriers: one warp is ~2.5x slower alone but ~2x the throughput once programs queue on
+    every SM. Measured (fast/PERF.md, eighth session; the push alone, µs, 4 / 1 warps): 1024
+    programs of 512 columns 9.4 / 6.1, of 128 columns 3.8 / 3.1, of 32 columns 3.2 / 2.7;
+    128 programs of 512 columns 3.3 / 5.6; 1024 three-level selects of 4096 columns 23.8 /
+    26.6."""
+    return 1 if one_chunk and programs >= ONE_WARP_PER_SM * sms else 4
 
 
 def fit_split(split: int, programs: int, width: int) -> int:

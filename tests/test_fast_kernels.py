@@ -176,6 +176,38 @@ def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
     assert torch.equal(out, reference.stock_decode(*case.args()))
 
 
+def test_push_warps_policy():
+    from fast.select_shape import ONE_WARP_PER_SM, push_warps
+
+    assert push_warps(ONE_WARP_PER_SM * 132, True, 132) == 1  # a queue of one-chunk selects per SM
+    assert push_warps(ONE_WARP_PER_SM * 132 - 1, True, 132) == 4  # latency-bound: four warps
+    assert push_warps(1024, False, 132) == 4  # three-level selects: four warps were faster
+    assert push_warps(1, True, 0) == 1  # the interpreter (no SMs): any warps, one chunk -> 1
+
+
+@pytest.mark.gpu  # on the interpreter every one-chunk push already takes the one-warp choice
+@pytest.mark.parametrize("pattern", ["exact", "ties"])
+def test_cp1_one_warp_push_equals_oracle(pattern):
+    """Enough rows x heads that the push runs one warp per program (push_warps): the whole
+    CP protocol with one rank still equals the reference, massive ties included."""
+    from fast.backend import sm_count
+    from fast.select_shape import ONE_WARP_PER_SM, push_warps
+
+    heads, query_len = 4, 4
+    batch = -(-ONE_WARP_PER_SM * sm_count(str(DEV)) // (heads * query_len))
+    assert push_warps(batch * query_len * heads, True, sm_count(str(DEV))) == 1  # rows of < 1024 columns: one chunk
+    gen = torch.Generator().manual_seed(3)
+    lens = (torch.randint(17 * PAGE, 90 * PAGE, (batch,), generator=gen)).tolist()
+    case = make_case(11, lens, query_len=query_len, heads=heads, pattern=pattern)
+    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV))
+    layer = state.new_layer()
+    plan = state.plan(on(case.block_table), on(case.seq_lens))
+    out = on(torch.full((batch * query_len, heads, 16), -7, dtype=torch.int32))
+    state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, query_len)
+    state.check()
+    assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
+
+
 @settings(max_examples=20)
 @given(decode_configs(max_pages=60, patterns=EXACT), st.sampled_from([1024, 16]), st.sampled_from([1, 4]))
 def test_cp1_in_process_equals_oracle(cfg, max_chunk, split):
