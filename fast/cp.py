@@ -21,7 +21,7 @@ from .backend import pdl_options, sm_count
 from .cp_kernels import MAX_MERGE_ROWS, MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
+from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -162,7 +162,7 @@ class IndexerDecodeCP:
             # The push ranks at most W - 1 columns (n_local <= W - 1; column W - 1 is the
             # lie's page past the chunk), so its select spans W - 1: at P = 2^k that is a
             # power of two, where W would double every select (fast/PERF.md).
-            self.shape = SelectShape.for_width(width - 1, self.max_chunk)
+            self.shape = SelectShape.for_width(width - 1, self.max_chunk, PUSH_GROUP)
         checks.table_not_wider(width, self.width)
         p = self._plans.get(batch)
         if p is None:

@@ -19,7 +19,8 @@ MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
-ONE_WARP_PER_SM = 4  # fewest programs per SM of a one-chunk CP push run one warp each (push_warps)
+QUEUED_PER_SM = 4  # fewest programs per SM of a CP push that runs on fewer warps (push_warps)
+PUSH_GROUP = 4  # columns per group of the CP push's last level (SelectShape.for_width)
 
 
 @dataclass(frozen=True)
@@ -33,16 +34,25 @@ class SelectShape:
     group: int
 
     @classmethod
-    def for_width(cls, width: int, max_chunk: int = MAX_CHUNK) -> "SelectShape":
+    def for_width(cls, width: int, max_chunk: int = MAX_CHUNK, group: int = MAX_GROUP) -> "SelectShape":
+        """The shape for rows of ``width`` columns: one chunk up to ``max_chunk``, else
+        supergroups of (up to) 8 groups of (up to) ``group`` columns, at most MAX_SUPERS
+        supergroups while the groups fill 8 per supergroup.
+
+        Each level selects 16 of at least 16 (tl.topk needs k <= n). Groups of 8 (the stock
+        select): 8192 columns are 128 supergroups of 8 groups of 8, every select over 128
+        keys. Groups of 4 (PUSH_GROUP, the CP push): 4096 columns are 128 x 8 x 4, 2048
+        64 x 8 x 4; 8192 (CP 1 only) 128 x 16 x 4, its second select over 256. Measured
+        (fast/PERF.md, eighth session; the push alone, 1024 programs, µs): 4096 columns 22.5
+        in 128 x 8 x 4 against 23.4 in 64 x 8 x 8 on 4 warps, 18.4 against 22.2 on 2;
+        2048 columns on 2 warps 13.0 against 17.9."""
         padded = triton.next_power_of_2(max(width, 16))
         if padded <= max_chunk:
             # Single level always; the three-level branch still needs valid shapes to compile.
             return cls(chunk=padded, supers=16, per_super=1, group=1)
-        # Each level selects 16 of at least 16 (tl.topk needs k <= n): 8192 columns are 128
-        # supergroups of 8 groups of 8, and every select is over 128 keys.
-        supers = max(16, min(MAX_SUPERS, padded // (MAX_GROUP * MAX_GROUP)))
+        supers = max(16, min(MAX_SUPERS, padded // (group * MAX_GROUP)))
         rest = padded // supers
-        group = min(MAX_GROUP, rest)
+        group = min(group, rest)
         return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)
 
 
@@ -85,16 +95,20 @@ def release_select(programs: int) -> bool:
 
 
 def push_warps(programs: int, one_chunk: bool, sms: int) -> int:
-    """Warps per program of the CP push (``cp_kernels.push_kernel``): 1 where each program
-    selects from one chunk and there are at least ONE_WARP_PER_SM programs per SM, else 4.
+    """Warps per program of the CP push (``cp_kernels.push_kernel``): 4 while there are
+    fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 for a
+    one-chunk select and 2 for a three-level one (throughput counts).
 
     One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
-    barriers: one warp is ~2.5x slower alone but ~2x the throughput once programs queue on
-    every SM. Measured (fast/PERF.md, eighth session; the push alone, µs, 4 / 1 warps): 1024
-    programs of 512 columns 9.4 / 6.1, of 128 columns 3.8 / 3.1, of 32 columns 3.2 / 2.7;
-    128 programs of 512 columns 3.3 / 5.6; 1024 three-level selects of 4096 columns 23.8 /
-    26.6."""
-    return 1 if one_chunk and programs >= ONE_WARP_PER_SM * sms else 4
+    barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
+    on every SM; a three-level select, whose first level reduces the whole row, does best
+    on two. Measured (fast/PERF.md, eighth session; the push alone, µs, 4 / 2 / 1 warps):
+    1024 programs of 512 columns 9.4 / - / 6.1, of 128 columns 3.8 / 3.4 / 3.1, of 32
+    columns 3.2 / 2.6 / 2.7; 128 programs of 512 columns 3.3 / - / 5.6; 1024 three-level
+    selects of 4096 columns (128 x 8 x 4) 22.5 / 18.4 / -, 128 of them 7.0 / 8.1 / -."""
+    if programs < QUEUED_PER_SM * sms:
+        return 4
+    return 1 if one_chunk else 2
 
 
 def fit_split(split: int, programs: int, width: int) -> int:

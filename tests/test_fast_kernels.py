@@ -177,29 +177,32 @@ def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
 
 
 def test_push_warps_policy():
-    from fast.select_shape import ONE_WARP_PER_SM, push_warps
+    from fast.select_shape import QUEUED_PER_SM, push_warps
 
-    assert push_warps(ONE_WARP_PER_SM * 132, True, 132) == 1  # a queue of one-chunk selects per SM
-    assert push_warps(ONE_WARP_PER_SM * 132 - 1, True, 132) == 4  # latency-bound: four warps
-    assert push_warps(1024, False, 132) == 4  # three-level selects: four warps were faster
+    assert push_warps(QUEUED_PER_SM * 132, True, 132) == 1  # a queue of one-chunk selects per SM
+    assert push_warps(QUEUED_PER_SM * 132 - 1, True, 132) == 4  # latency-bound: four warps
+    assert push_warps(QUEUED_PER_SM * 132, False, 132) == 2  # a queue of three-level selects
+    assert push_warps(QUEUED_PER_SM * 132 - 1, False, 132) == 4
     assert push_warps(1, True, 0) == 1  # the interpreter (no SMs): any warps, one chunk -> 1
 
 
-@pytest.mark.gpu  # on the interpreter every one-chunk push already takes the one-warp choice
+@pytest.mark.gpu  # the interpreter runs any warps alike
 @pytest.mark.parametrize("pattern", ["exact", "ties"])
-def test_cp1_one_warp_push_equals_oracle(pattern):
-    """Enough rows x heads that the push runs one warp per program (push_warps): the whole
-    CP protocol with one rank still equals the reference, massive ties included."""
+@pytest.mark.parametrize("max_chunk", [1024, 16])  # one-chunk selects on one warp, three-level on two
+def test_cp1_queued_push_equals_oracle(pattern, max_chunk):
+    """Enough rows x heads that the push runs on fewer warps (push_warps): the whole CP
+    protocol with one rank still equals the reference, massive ties included."""
     from fast.backend import sm_count
-    from fast.select_shape import ONE_WARP_PER_SM, push_warps
+    from fast.select_shape import QUEUED_PER_SM, push_warps
 
     heads, query_len = 4, 4
-    batch = -(-ONE_WARP_PER_SM * sm_count(str(DEV)) // (heads * query_len))
-    assert push_warps(batch * query_len * heads, True, sm_count(str(DEV))) == 1  # rows of < 1024 columns: one chunk
+    batch = -(-QUEUED_PER_SM * sm_count(str(DEV)) // (heads * query_len))
+    one_chunk = max_chunk == 1024  # rows of 17-90 pages: < 1024 columns, > 16
+    assert push_warps(batch * query_len * heads, one_chunk, sm_count(str(DEV))) == (1 if one_chunk else 2)
     gen = torch.Generator().manual_seed(3)
     lens = (torch.randint(17 * PAGE, 90 * PAGE, (batch,), generator=gen)).tolist()
     case = make_case(11, lens, query_len=query_len, heads=heads, pattern=pattern)
-    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV))
+    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     out = on(torch.full((batch * query_len, heads, 16), -7, dtype=torch.int32))
@@ -317,16 +320,20 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
 
 
 @pytest.mark.parametrize("max_chunk", [16, 1024])
-def test_select_shape_covers_the_row_and_every_level_selects_16_of_at_least_16(max_chunk):
+@pytest.mark.parametrize("group", [8, 4])  # the stock select's, the CP push's (PUSH_GROUP)
+def test_select_shape_covers_the_row_and_every_level_selects_16_of_at_least_16(max_chunk, group):
     for width in [1, 15, 16, 17, 100, 1024, 1025, 2048, 4097, 8192]:
-        s = SelectShape.for_width(width, max_chunk)
+        s = SelectShape.for_width(width, max_chunk, group)
         padded = triton.next_power_of_2(max(width, 16))
         if padded <= max_chunk:
             assert s.chunk == padded
         else:
-            assert s.supers * s.per_super * s.group == padded
+            assert s.supers * s.per_super * s.group == padded and s.group <= group
             assert min(s.supers, 16 * s.per_super, 16 * s.group) >= 16
-            assert s.supers <= 128 and 16 * s.per_super <= 128 and 16 * s.group <= 128
+            # groups of 4 over 8192 columns (CP 1 only): a second select over 256
+            most = 256 if group == 4 and padded == 8192 else 128
+            assert s.supers <= 128 and 16 * s.per_super <= most and 16 * s.group <= 128
+    assert SelectShape.for_width(4096, 1024, 4) == SelectShape(1024, 128, 8, 4)
 
 
 @triton.jit
@@ -337,16 +344,17 @@ def _top16_kernel(score_ptr, n_ptr, out_ptr, stride, CHUNK: tl.constexpr, SUPERS
 
 
 @settings(max_examples=10, deadline=None)
-@given(width=st.sampled_from([300, 2048, 8192]), seed=st.integers(0, 2**31 - 1), ties=st.booleans())
-def test_three_level_top16_is_the_exact_top16(width, seed, ties):
-    """Long rows (every level with more than one group per supergroup): the select's 16 keys
-    are the 16 largest exact keys, ties between equal scores broken by page like everywhere."""
+@given(width=st.sampled_from([300, 2048, 8192]), seed=st.integers(0, 2**31 - 1), ties=st.booleans(), group=st.sampled_from([8, 4]))
+def test_three_level_top16_is_the_exact_top16(width, seed, ties, group):
+    """Long rows (every level with more than one group per supergroup), in the stock
+    select's shapes and the CP push's (groups of 4): the select's 16 keys are the 16
+    largest exact keys, ties between equal scores broken by page like everywhere."""
     gen = torch.Generator().manual_seed(seed)
     scores = torch.randn(3, width, generator=gen)
     if ties:
         scores = scores.round()  # many equal scores: the page decides
     n = torch.tensor([width, width - 17, 20], dtype=torch.int32)
-    s = SelectShape.for_width(width)
+    s = SelectShape.for_width(width, group=group)
     got = on(torch.zeros(3, 16, dtype=torch.int64))
     _top16_kernel[(3,)](on(scores), on(n), got, width, CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=DEV.type == "cuda")
     pages = torch.arange(width).expand(3, -1)
