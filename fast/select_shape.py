@@ -103,8 +103,8 @@ def push_warps(programs: int, one_chunk: bool, sms: int) -> int:
     barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
     on every SM; a three-level select, whose first level reduces the whole row, does best
     on two. Measured (fast/PERF.md, eighth session; the push alone, µs, 4 / 2 / 1 warps):
-    1024 programs of 512 columns 9.4 / - / 6.1, of 128 columns 3.8 / 3.4 / 3.1, of 32
-    columns 3.2 / 2.6 / 2.7; 128 programs of 512 columns 3.3 / - / 5.6; 1024 three-level
+    1024 programs of 512 columns 9.4 / 11.1 / 6.1, of 128 columns 3.8 / 3.4 / 3.1, of 32
+    columns 3.2 / 2.6 / 2.7; 128 programs of 512 columns 3.3 / 5.0 / 5.6; 1024 three-level
     selects of 4096 columns (128 x 8 x 4) 22.5 / 18.4 / -, 128 of them 7.0 / 8.1 / -."""
     if programs < QUEUED_PER_SM * sms:
         return 4
