@@ -135,7 +135,7 @@ def q_exchange_kernel(
     seq = tl.load(seq_lens_ptr + b)
     slot = (_SLOTS - QLEN) + t % QLEN
     base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
-    tiles = tl.load(tile_ptrs + tl.arange(0, CP)).to(tl.pointer_type(tl.int32))  # every rank's
+    tiles = peer_ptr(tile_ptrs, tl.arange(0, CP), tl.int32)  # every rank's
     hl = tl.arange(0, HR)
     w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
     rows = tl.load(q_ptr + (t * HR + hl[:, None]) * _WORDS + w[None, :])  # [HR, 32 / R]
@@ -207,7 +207,7 @@ def push_kernel(
     k = tl.arange(0, _TOPK)
     off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
     owners = (h // HR) * R + tl.arange(0, R)
-    dst = tl.load(recv_ptrs + owners).to(tl.pointer_type(tl.int64))[:, None] + off[None, :]
+    dst = peer_ptr(recv_ptrs, owners, tl.int64)[:, None] + off[None, :]
     pdl_wait(PDL)
     pdl_release(PDL)
     # A slice of one chunk is loaded right after the wait, before its length is known (its

@@ -34,7 +34,8 @@ def pdl_release(PDL: tl.constexpr):
 
 @triton.jit
 def peer_ptr(ptrs, rank, DTYPE: tl.constexpr):
-    """Rank `rank`'s buffer as a typed pointer, from an int64 array of peer addresses."""
+    """Rank `rank`'s buffer as a typed pointer, from an int64 array of peer addresses; a
+    block of ranks gives the block of their pointers."""
     return tl.load(ptrs + rank).to(tl.pointer_type(DTYPE))
 
 
