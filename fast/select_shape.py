@@ -1,5 +1,6 @@
-"""The shape of the top-16 select over a row of W score columns (fixed per plan), and how
-many programs share a row when there are few rows (``select_split``)."""
+"""The shape of the top-16 select over a row of W score columns (fixed per plan), how many
+programs share a row when there are few rows (``select_split``), and how many warps run each
+program of the CP push (``push_warps``)."""
 
 from __future__ import annotations
 
