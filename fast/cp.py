@@ -215,20 +215,14 @@ class IndexerDecodeCP:
         )  # fmt: skip
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
-        split, columns, s = plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
+        split_plan = self._split(rows)
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
             q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split), first_slot=SLOTS - query_len,
+            release=self.pdl and release_select(rows * self.heads * split_plan[0]), first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
-        push_kernel[(rows, self.heads, split)](
-            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
-            self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
-            H=self.heads, HR=hr, R=self.layout.replicas, SPLIT=split, SLICE=columns,
-            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
-            num_warps=push_warps(rows * self.heads * split, columns <= s.chunk, self._sms), **common,
-        )  # fmt: skip
+        self._push(layer, plan, query_len, split_plan)
         clock.lap("push")
         merge_kernel[(rows,)](
             plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
@@ -238,6 +232,32 @@ class IndexerDecodeCP:
         clock.lap("merge")
         clock.done()
         return out
+
+    def _split(self, rows: int) -> tuple:
+        """``plan_split`` of the push over ``rows`` rows (batch x query_len): its programs per
+        row, columns per program and their select shape. The push ranks W - 1 columns."""
+        return plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
+
+    def push(self, layer: CPLayer, plan: CPPlan, query_len: int) -> None:
+        """The push alone, forward's third stage, for the benchmark: each long row's local
+        top 16 of ``plan.scores`` (fp32 [B, 8 * H, W], as the scorer leaves it) into its
+        owners' slots of ``layer.recv``. The keys stay there (the merge re-arms them): before
+        forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank."""
+        self._push(layer, plan, query_len, self._split(plan.batch * query_len))
+
+    def _push(self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple) -> None:
+        """``push`` with its ``_split`` already planned (forward plans it once, for the
+        scorer's release too)."""
+        split, columns, s = split_plan
+        rows = plan.batch * query_len
+        push_kernel[(rows, self.heads, split)](
+            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
+            self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
+            H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
+            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
+            num_warps=push_warps(rows * self.heads * split, columns <= s.chunk, self._sms),
+            CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
+        )  # fmt: skip
 
     def check(self) -> None:
         """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it
