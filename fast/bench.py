@@ -8,7 +8,7 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
    batches, as read GB/s and as a fraction of the read ceiling; the table dequantization
    and the kernel's tuning variants at one size;
 3. the stock top-16 alone (in and out of the layer) and the stock scorer alone (their
-   ratio at 8192 pages);
+   ratio at 8192 pages); the CP push alone (its local top-16 and stores);
 4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
    and 4: µs, speedup, and the CP fixed overhead (CP layer minus its compact scorer alone).
    A layer's time is the difference of graphs of 2L and L layers over L: the first
@@ -289,6 +289,46 @@ def select_section(device, gen) -> list[dict]:
     return rows
 
 
+# (columns, batch, query_len) of the CP push alone: what a CP = 2 rank ranks at 128K, 512K, 1M
+PUSH_SHAPES = ((512, 32, 1), (512, 64, 4), (2048, 64, 4), (4096, 32, 1), (4096, 64, 4))
+
+
+def push_case(device, gen, columns: int, batch: int):
+    """(decode, layer, plan) for the push alone: a CP = 1 decode of HEADS heads whose rows
+    are all long, the last query's own page the last, so each ranks ``columns`` - 1 pages
+    of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1])."""
+    from .cp import IndexerDecodeCP
+    from .symm import SingleRankSymmetric
+
+    decode = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device))
+    lens = torch.full((batch,), columns * PAGE, dtype=torch.int32, device=device)
+    plan = decode.plan(torch.zeros(batch, columns, dtype=torch.int32, device=device), lens)
+    plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
+    return decode, decode.new_layer(), plan
+
+
+def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[dict]:
+    """The CP push alone (``IndexerDecodeCP.push``), random scores hot in L2 (as the scorer
+    leaves them), on one GPU (``push_case``): a CP = 1 decode whose rows rank as many
+    columns as a CP = 2 rank's at twice the context — the push's work is its programs x
+    columns, only where the keys go differs. µs per call (``timer(fn, calls)``), with the
+    programs, their warps (``select_shape.push_warps``) and the select's shape (chunk,
+    supers, per super, group)."""
+    from .backend import sm_count
+    from .select_shape import push_warps
+
+    sms = sm_count(str(device)) if device.type == "cuda" else 0
+    rows = []
+    for columns, batch, q in progress(shapes, "push"):
+        decode, layer, plan = push_case(device, gen, columns, batch)
+        split, per_program, s = decode._split(batch * q)
+        programs = batch * q * HEADS * split
+        us = timer(lambda _: decode.push(layer, plan, q), 8)
+        rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": programs, "split": split,
+                     "warps": push_warps(programs, per_program <= s.chunk, sms), "shape": [s.chunk, s.supers, s.per_super, s.group], "us": us})  # fmt: skip
+    return rows
+
+
 def check_against_reference(pool_ranks) -> dict:
     """The correctness gate of this run: scorer within tolerance on random inputs, and CP and
     stock decode bit-exact on exact-arithmetic inputs (long rows, q = 4) on the ranks."""
@@ -364,6 +404,11 @@ def print_report(report: dict, file=sys.stdout) -> None:
         print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call, by programs per row", file=file)
         for r in report["select"]:
             print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{'' if r['default'] else '  (not the default)'}", file=file)
+    if report.get("push"):
+        print(f"\nCP push alone ({HEADS} heads, scores hot in L2, one GPU), µs per call", file=file)
+        for r in report["push"]:
+            shape = "one chunk" if r["columns"] <= r["shape"][0] else "x".join(map(str, r["shape"][1:]))
+            print(f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: {r['us']:.1f}", file=file)
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
@@ -441,6 +486,7 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
         if b * c // PAGE <= 8 * 8192
     ]
     report["select"] = select_section(device, gen)
+    report["push"] = push_section(device, gen)
     del pool
     torch.cuda.empty_cache()
     world = world or p2p_gpus()
