@@ -84,13 +84,14 @@ def _resources(cubin: bytes) -> str:
 
 
 def compile_kernels() -> list[str]:
-    """Compile the decode's Triton kernels other than the scorers for sm_90: the stock
-    top-16 and the CP push at one and four programs per row (1024 columns: the three-level
-    select unsplit at a chunk of 512, single selects of 256 split, one select of the row at
-    a chunk of 1024), the q exchange, the merge, the compact table and the q-to-tile copy.
-    One "name: REG:.." line each; raises on a compile error."""
+    """Compile the decode's Triton kernels other than the scorers for sm_90, on the warps
+    they are launched with: the stock top-16 and the CP push at one and four programs per
+    row (1024 columns: the three-level select unsplit at a chunk of 512, single selects of
+    256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
+    warps of a queued grid, ``push_warps``), the q exchange, the merge, the compact table
+    and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
-    from .select_shape import SelectShape
+    from .select_shape import QUEUED_PER_SM, SelectShape, push_warps
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
@@ -103,19 +104,23 @@ def compile_kernels() -> list[str]:
          {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024}),
         ("q to tile", _q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
     ]  # fmt: skip
+    push_args = "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32"
     for split, chunk in ((1, 512), (4, 512), (1, 1024)):
         shape = SelectShape.for_width(1024 // split, chunk)
         select = {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
+        push = select | cp | {"R": 1, "SLICE": 1024 // split}
         kernels += [
             (f"stock top-16 split={split} chunk={shape.chunk}", _stock_topk_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
              select | {"HS": 2, "QLEN": 2, "WIDTH": 1024, "EMULATE_FMA": False, "PDL": True}),
-            (f"push split={split} chunk={shape.chunk}", push_kernel, "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32",
-             select | cp | {"R": 1, "SLICE": 1024 // split}),
+            (f"push split={split} chunk={shape.chunk}", push_kernel, push_args, push),
         ]  # fmt: skip
+        if split == 1:
+            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk, 1)
+            kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push, queued))
     lines = []
-    for name, fn, args, constexprs in kernels:
+    for name, fn, args, constexprs, *warps in kernels:
         signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
-        warps = MERGE_WARPS if fn is merge_kernel else 4  # as launched
+        warps = warps[0] if warps else MERGE_WARPS if fn is merge_kernel else 4  # as launched
         kernel = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=constexprs), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
         lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
     return lines
