@@ -314,18 +314,14 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
     columns, only where the keys go differs. µs per call (``timer(fn, calls)``), with the
     programs, their warps (``select_shape.push_warps``) and the select's shape (chunk,
     supers, per super, group)."""
-    from .backend import sm_count
-    from .select_shape import push_warps
-
-    sms = sm_count(str(device)) if device.type == "cuda" else 0
     rows = []
     for columns, batch, q in progress(shapes, "push"):
         decode, layer, plan = push_case(device, gen, columns, batch)
-        split, per_program, s = decode._split(batch * q)
-        programs = batch * q * HEADS * split
+        split_plan = decode._split(batch * q)
+        split, s = split_plan[0], split_plan[2]
         us = timer(lambda _: decode.push(layer, plan, q), 8)
-        rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": programs, "split": split,
-                     "warps": push_warps(programs, per_program <= s.chunk, sms), "shape": [s.chunk, s.supers, s.per_super, s.group], "us": us})  # fmt: skip
+        rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
+                     "warps": decode._push_warps(batch * q, split_plan), "shape": [s.chunk, s.supers, s.per_super, s.group], "us": us})  # fmt: skip
     return rows
 
 

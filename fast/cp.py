@@ -255,9 +255,14 @@ class IndexerDecodeCP:
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
-            num_warps=push_warps(rows * self.heads * split, columns <= s.chunk, self._sms),
+            num_warps=self._push_warps(rows, split_plan),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
+
+    def _push_warps(self, rows: int, split_plan: tuple) -> int:
+        """Warps per push program over ``rows`` rows split as ``split_plan`` (``push_warps``)."""
+        split, columns, s = split_plan
+        return push_warps(rows * self.heads * split, columns <= s.chunk, self._sms)
 
     def check(self) -> None:
         """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it
