@@ -206,12 +206,12 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        common = dict(CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl))
         clock = _StageClock(stage_times, self.device)
         q_exchange_kernel[(rows,)](
             index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, self.error,
             self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, R=self.layout.replicas, HEAD0=self.owned.start, **common,
+            H=self.heads, HR=hr, R=self.layout.replicas, HEAD0=self.owned.start, CP=self.cp, RANK=self.rank, QLEN=query_len,
+            **pdl_options(self.pdl),
         )  # fmt: skip
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
@@ -224,11 +224,7 @@ class IndexerDecodeCP:
         clock.lap("score")
         self._push(layer, plan, query_len, split_plan)
         clock.lap("push")
-        merge_kernel[(rows,)](
-            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
-            self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS, **common,
-        )  # fmt: skip
+        self.merge(layer, plan, query_len, out)
         clock.lap("merge")
         clock.done()
         return out
@@ -258,6 +254,19 @@ class IndexerDecodeCP:
             num_warps=self._push_warps(rows, split_plan),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
+
+    def merge(self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor) -> torch.Tensor:
+        """The merge, forward's last stage (alone: for the benchmark, after ``push`` on every
+        rank): each row's HR heads' 16 best of the CP x 16 candidates in ``layer.recv`` into
+        ``out`` (int32 [B * q, Hr, 16]), waiting for every rank's push; it re-arms the
+        candidates and the rows' q tile slots and flips ``layer.parity``. Returns out."""
+        merge_kernel[(plan.batch * query_len,)](
+            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
+            self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
+            H=self.heads, HR=self.layout.heads_per_rank, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS,
+            CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
+        )  # fmt: skip
+        return out
 
     def _push_warps(self, rows: int, split_plan: tuple) -> int:
         """Warps per push program over ``rows`` rows split as ``split_plan`` (``push_warps``)."""
