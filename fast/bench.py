@@ -38,7 +38,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
+from reference.constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS, TOPK
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -294,9 +294,9 @@ PUSH_SHAPES = ((512, 32, 1), (512, 64, 4), (2048, 64, 4), (4096, 32, 1), (4096, 
 
 
 def push_case(device, gen, columns: int, batch: int):
-    """(decode, layer, plan) for the push alone: a CP = 1 decode of HEADS heads whose rows
-    are all long, the last query's own page the last, so each ranks ``columns`` - 1 pages
-    of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1])."""
+    """(decode, layer, plan) for the push and merge alone: a CP = 1 decode of HEADS heads
+    whose rows are all long, the last query's own page the last, so each ranks ``columns``
+    - 1 pages of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1])."""
     from .cp import IndexerDecodeCP
     from .symm import SingleRankSymmetric
 
@@ -308,20 +308,31 @@ def push_case(device, gen, columns: int, batch: int):
 
 
 def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[dict]:
-    """The CP push alone (``IndexerDecodeCP.push``), random scores hot in L2 (as the scorer
-    leaves them), on one GPU (``push_case``): a CP = 1 decode whose rows rank as many
-    columns as a CP = 2 rank's at twice the context — the push's work is its programs x
-    columns, only where the keys go differs. µs per call (``timer(fn, calls)``), with the
-    programs, their warps (``select_shape.push_warps``) and the select's shape (chunk,
-    supers, per super, group)."""
+    """The CP push alone (``IndexerDecodeCP.push``) and the push and merge together,
+    random scores hot in L2 (as the scorer leaves them), on one GPU (``push_case``): a
+    CP = 1 decode whose rows rank as many columns as a CP = 2 rank's at twice the context —
+    the push's work is its programs x columns, only where the keys go differs. The merge
+    (the pair less the push) then selects each head's best of 16 candidates from one rank,
+    not CP = 2's 32 from two, and polls nothing in flight over NVLink. µs per call
+    (``timer(fn, calls)``), with the push's programs, warps (``select_shape.push_warps``)
+    and select shape (chunk, supers, per super, group)."""
     rows = []
-    for columns, batch, q in progress(shapes, "push"):
+    for columns, batch, q in progress(shapes, "push, merge"):
         decode, layer, plan = push_case(device, gen, columns, batch)
         split_plan = decode._split(batch * q)
         split, s = split_plan[0], split_plan[2]
-        us = timer(lambda _: decode.push(layer, plan, q), 8)
+        out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
+
+        def push_then_merge(_):
+            decode.push(layer, plan, q)
+            decode.merge(layer, plan, q, out)
+
+        push_us = timer(lambda _: decode.push(layer, plan, q), 8)
+        layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
+        pair_us = timer(push_then_merge, 8)
         rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
-                     "warps": decode._push_warps(batch * q, split_plan), "shape": [s.chunk, s.supers, s.per_super, s.group], "us": us})  # fmt: skip
+                     "warps": decode._push_warps(batch * q, split_plan), "shape": [s.chunk, s.supers, s.per_super, s.group],
+                     "us": push_us, "push_merge_us": pair_us})  # fmt: skip
     return rows
 
 
@@ -401,10 +412,14 @@ def print_report(report: dict, file=sys.stdout) -> None:
         for r in report["select"]:
             print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{'' if r['default'] else '  (not the default)'}", file=file)
     if report.get("push"):
-        print(f"\nCP push alone ({HEADS} heads, scores hot in L2, one GPU), µs per call", file=file)
+        print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call", file=file)
         for r in report["push"]:
             shape = "one chunk" if r["columns"] <= r["shape"][0] else "x".join(map(str, r["shape"][1:]))
-            print(f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: {r['us']:.1f}", file=file)
+            print(
+                f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: "
+                f"push {r['us']:.1f}, + merge {r['push_merge_us']:.1f} (merge {r['push_merge_us'] - r['us']:.1f} by difference)",
+                file=file,
+            )
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)

@@ -88,8 +88,8 @@ def test_bench_report_prints_every_section():
         "torch_stock": [{"context": 8192, "batch": 1, "query_len": 1, "us": 70.0}],
         "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "us": 5.0},
                    {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "us": 13.0}],  # fmt: skip
-        "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1},
-                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4}],  # fmt: skip
+        "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1, "push_merge_us": 8.6},
+                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0}],  # fmt: skip
         "world": 2,
         "layers": [layer],
     }
@@ -97,16 +97,17 @@ def test_bench_report_prints_every_section():
     print_report(report, out)
     text = out.getvalue()
     assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
-    assert "1024 programs, 1 warps, one chunk: 6.1\n" in text and "2 warps, 128x8x4: 18.4\n" in text
+    assert "1024 programs, 1 warps, one chunk: push 6.1, + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4, + merge" in text
 
 
-def test_bench_push_case_pushes_each_rows_top16_and_the_section_times_it():
-    """The bench's push alone does the real work on this backend: every long row's 16
-    candidate slots hold the top 16 keys of its scores (as a set); and the section runs
-    (a stand-in timer calls it once)."""
+def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():
+    """The bench's push and merge alone do the real work on this backend: after the push
+    every long row's 16 candidate slots hold the top 16 keys of its scores (as a set), and
+    the merge then writes the reference's selection of the same scores; and the section
+    runs (a stand-in timer calls each timed function once)."""
     from fast import bench
     from fast.backend import default_device
-    from reference.selection import exact_keys, top_keys
+    from reference.selection import exact_keys, select, top_keys
 
     dev, heads, batch, q, columns = default_device(), bench.HEADS, 2, 4, 40
     decode, layer, plan = bench.push_case(dev, torch.Generator().manual_seed(1), columns, batch)
@@ -117,13 +118,17 @@ def test_bench_push_case_pushes_each_rows_top16_and_the_section_times_it():
     cols = torch.arange(scores.shape[-1])
     want = top_keys(exact_keys(scores, cols, cols < columns - 1), 16)
     assert torch.equal(got.reshape(-1, 16), want)
+    out = decode.merge(layer, plan, q, torch.empty(rows, heads, 16, dtype=torch.int32, device=dev))
+    own = torch.full((rows * heads,), columns - 1)  # every query's own page is the table's last
+    assert torch.equal(out.cpu().reshape(-1, 16), select(scores, own, columns))
+    assert (layer.recv.local == -1).all()  # re-armed
 
     def once(fn, calls):
         fn(0)
         return 1.0
 
     timed = bench.push_section(dev, torch.Generator().manual_seed(1), shapes=((columns, batch, q),), timer=once)
-    assert [(r["programs"], r["split"], r["us"]) for r in timed] == [(rows * heads, 1, 1.0)]
+    assert [(r["programs"], r["split"], r["us"], r["push_merge_us"]) for r in timed] == [(rows * heads, 1, 1.0, 1.0)]
 
 
 def test_gaussian_cache_pool_holds_quantized_keys():
