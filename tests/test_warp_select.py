@@ -1,0 +1,167 @@
+"""The push's warp select (fast/warp_select.py) on the CPU: its PTX block, run by a small
+lockstep simulator of the 32 lanes over the instructions it uses, gives the exact top 16 of
+any keys (the interpreter cannot run inline PTX; the GPU tests compare it with tl.topk)."""
+
+import itertools
+import random
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, batcher_pairs, warp_selects, warp_top16_asm
+
+M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+LANES = 32
+
+
+def _operand(regs: dict, x: str) -> int:
+    if re.fullmatch(r"-?\d+|0x[0-9a-f]+", x):
+        return int(x, 0)
+    return regs[x]
+
+
+_ALU = {
+    "mov.b64": lambda a: a[0],
+    "mov.b32": lambda a: a[0],
+    "max.u32": lambda a: max(a[0] & M32, a[1] & M32),
+    "min.u32": lambda a: min(a[0] & M32, a[1] & M32),
+    "add.u32": lambda a: (a[0] + a[1]) & M32,
+    "sub.u32": lambda a: (a[0] - a[1]) & M32,
+    "shr.u32": lambda a: (a[0] & M32) >> a[1],
+    "and.b32": lambda a: a[0] & a[1] & M32,
+    "shr.b64": lambda a: (a[0] & M64) >> a[1],
+    "shl.b64": lambda a: (a[0] << a[1]) & M64,
+    "or.b64": lambda a: (a[0] | a[1]) & M64,
+    "cvt.u32.u64": lambda a: a[0] & M32,
+    "cvt.u64.u32": lambda a: a[0] & M32,
+    "setp.gt.u32": lambda a: (a[0] & M32) > (a[1] & M32),
+    "setp.ge.u32": lambda a: (a[0] & M32) >= (a[1] & M32),
+    "setp.eq.u32": lambda a: (a[0] & M32) == (a[1] & M32),
+    "and.pred": lambda a: a[0] and a[1],
+    "or.pred": lambda a: a[0] or a[1],
+    "selp.u32": lambda a: a[0] if a[2] else a[1],
+    "selp.b64": lambda a: a[0] if a[2] else a[1],
+}
+
+
+def run_block(asm: str, keys_by_lane: list[list[int]]) -> list[dict]:
+    """Every lane's registers after running ``asm`` with operands $2P.. = its P keys.
+    Instructions outside the block's vocabulary raise: the simulator must not guess."""
+    per_lane = len(keys_by_lane[0])
+    regs = [{f"${2 * per_lane + i}": k for i, k in enumerate(keys)} for keys in keys_by_lane]
+    body = asm.strip()
+    assert body[0] == "{" and body[-1] == "}"
+    stmts = [s.strip() for s in body[1:-1].replace("\n", " ").replace(":", ":;").split(";") if s.strip()]
+    labels = {s[:-1]: i for i, s in enumerate(stmts) if s.endswith(":")}
+    pc = 0
+    while pc < len(stmts):
+        stmt = stmts[pc]
+        pc += 1
+        if stmt.startswith(".reg") or stmt.endswith(":"):
+            continue
+        guard = None
+        if stmt.startswith("@"):
+            guard, stmt = stmt.split(None, 1)
+            guard = guard[1:]
+        op, rest = stmt.split(None, 1)
+        args = [a.strip() for a in rest.split(",")]
+        if op == "bra.uni":  # must be uniform: every lane agrees
+            (taken,) = {True} if guard is None else {r[guard] for r in regs}
+            if taken:
+                pc = labels[args[0]]
+            continue
+        if op.startswith("shfl.sync."):
+            mode, src, off = op.split(".")[2], args[1], int(args[2])
+            assert args[3:] == ["0x1f" if mode == "bfly" else "0", "-1"], stmt
+            vals = [r[src] for r in regs]
+            for lane, r in enumerate(regs):
+                if mode == "bfly":
+                    r[args[0]] = vals[lane ^ off]
+                else:  # up, with the "from a lane in range" predicate
+                    dst, ok = args[0].split("|")
+                    r[dst], r[ok] = (vals[lane - off], True) if lane >= off else (vals[lane], False)
+            continue
+        fn = _ALU[op]
+        for r in regs:
+            if guard is None or r[guard]:
+                r[args[0]] = fn([_operand(r, a) for a in args[1:]])
+    return regs
+
+
+def warp_top16(keys: list[int]) -> list[int]:
+    """The block's result for a warp holding ``keys`` (lane l: keys l, l + 32, ...),
+    assembled as push_kernel stores it: the selected keys at their slots, K* after them."""
+    per_lane = len(keys) // LANES
+    regs = run_block(warp_top16_asm(per_lane), [keys[lane::LANES] for lane in range(LANES)])
+    (fill,) = {r[f"${per_lane + i}"] for r in regs for i in range(per_lane)}
+    filled, star = fill >> 56, fill & ((1 << 56) - 1)
+    out = [None] * 16
+    for r in regs:
+        for i in range(per_lane):
+            o = r[f"${i}"]
+            if o:
+                slot = (o >> 56) - 1
+                assert slot < filled and out[slot] is None, "two keys for one slot, or a slot past the filled ones"
+                out[slot] = o & ((1 << 56) - 1)
+    assert all(k is not None for k in out[:filled])
+    return out[:filled] + [star] * (16 - filled)
+
+
+def _key(score_bits: int, page: int) -> int:
+    return 1 << 48 | score_bits << 16 | (0xFFFF - page)
+
+
+def _keys(pattern: str, n: int, rng: random.Random) -> list[int]:
+    pages = rng.sample(range(2 * n), n)
+    if pattern == "random":
+        return [_key(rng.getrandbits(32), p) for p in pages]
+    if pattern == "ties":  # four distinct scores: ties at the 16th
+        return [_key(rng.randrange(4) << 20, p) for p in pages]
+    if pattern == "low bit":  # equal but for the score's lowest bit: ties only below bit 17
+        return [_key(0x3F800000 | rng.randrange(2), p) for p in pages]
+    if pattern == "few valid":  # fewer than 16 valid keys: the rest no page (0)
+        keys = [0] * n
+        for i in rng.sample(range(n), rng.randrange(16)):
+            keys[i] = _key(rng.getrandbits(32), pages[i])
+        return keys
+    raise ValueError(pattern)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16, 32]), st.sampled_from(["random", "ties", "low bit", "few valid"]), st.integers(0, 2**32))
+def test_block_selects_the_exact_top16(per_lane, pattern, seed):
+    keys = _keys(pattern, LANES * per_lane, random.Random(seed))
+    assert sorted(warp_top16(keys), reverse=True) == sorted(keys, reverse=True)[:16]
+
+
+def test_block_has_teeth():
+    """A block whose pass B is skipped (ties at T taken whole) selects more than 16 keys:
+    the assembly above notices (the test would not pass a wrong block)."""
+    keys = _keys("ties", LANES * 16, random.Random(1))
+    broken = warp_top16_asm(16).replace("@q bra.uni SLOTS;", "bra.uni SLOTS;")
+    regs = run_block(broken, [keys[lane::LANES] for lane in range(LANES)])
+    selected = sum(1 for r in regs for i in range(16) if r[f"${i}"])
+    assert selected > 16
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_batcher_network_sorts_every_01_input(n):
+    """Sorting networks sort everything iff they sort every 0/1 input."""
+    pairs = batcher_pairs(n)
+    for bits in itertools.product((0, 1), repeat=n):
+        v = list(bits)
+        for i, j in pairs:
+            v[i], v[j] = max(v[i], v[j]), min(v[i], v[j])
+        assert v == sorted(bits, reverse=True)
+
+
+def test_push_uses_the_block_for_one_warp_one_chunk_rows_of_512_to_1024_columns():
+    assert warp_selects(1, 1, MIN_COLUMNS, 1024) and warp_selects(1, 1, MAX_COLUMNS, 1024)
+    assert not warp_selects(1, 1, 256, 1024)  # tl.topk as fast there
+    assert not warp_selects(4, 1, 512, 1024)  # four warps: not one warp's lanes
+    assert not warp_selects(1, 2, 512, 1024)  # a split row merges its slices' keys
+    assert not warp_selects(1, 1, 2048, 1024)  # three levels
+    with pytest.raises(ValueError, match="keys per lane"):
+        warp_top16_asm(64)
