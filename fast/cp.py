@@ -23,6 +23,7 @@ from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor
+from .warp_select import warp_asm_options, warp_selects
 
 log = logging.getLogger(__name__)
 
@@ -246,12 +247,13 @@ class IndexerDecodeCP:
         scorer's release too)."""
         split, columns, s = split_plan
         rows = plan.batch * query_len
+        warps = self._push_warps(rows, split_plan)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
-            num_warps=self._push_warps(rows, split_plan),
+            num_warps=warps, **self._warp_asm(rows, split_plan),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
 
@@ -272,6 +274,19 @@ class IndexerDecodeCP:
         """Warps per push program over ``rows`` rows split as ``split_plan`` (``push_warps``)."""
         split, columns, s = split_plan
         return push_warps(rows * self.heads * split, columns <= s.chunk, self._sms)
+
+    def _warp_select(self, rows: int, split_plan: tuple) -> bool:
+        """Whether the push over ``rows`` rows selects with ``warp_select``'s PTX block
+        (GPUs only: the interpreter runs no inline PTX)."""
+        split, columns, s = split_plan
+        return self.device.type == "cuda" and warp_selects(self._push_warps(rows, split_plan), split, columns, s.chunk)
+
+    def _warp_asm(self, rows: int, split_plan: tuple) -> dict:
+        """push_kernel's WARP_SELECT / WARP_ASM / WARP_CONSTRAINTS: the block for the row's
+        keys per lane where ``_warp_select``, else none (their defaults: off)."""
+        if not self._warp_select(rows, split_plan):
+            return {}
+        return warp_asm_options(split_plan[1])
 
     def check(self) -> None:
         """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it

@@ -59,6 +59,7 @@ MERGE_WARPS = 1
 _MERGE_WARPS = tl.constexpr(MERGE_WARPS)
 _LONG = tl.constexpr(MAX_MERGE_ROWS)
 _FAILED = tl.constexpr(MAX_MERGE_ROWS * MAX_MERGE_ROWS)
+_LOW56 = tl.constexpr((1 << 56) - 1)  # warp_select's key field (the slot above it)
 
 
 @triton.jit
@@ -181,10 +182,14 @@ def push_kernel(
     GROUP: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
+    WARP_SELECT: tl.constexpr = False,  # one warp, one chunk: select by warp_select's PTX block,
+    WARP_ASM: tl.constexpr = "",  # that block and its constraints (warp_select.warp_asm_options)
+    WARP_CONSTRAINTS: tl.constexpr = "",
 ):
     """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
-    stored into slot RANK of every owner's candidates. Releasing the merge right after its
-    own wait means: when the merge runs, the scorer has finished reading the q tile.
+    stored into slot RANK of every owner's candidates (any order: the merge sorts them).
+    Releasing the merge right after its own wait means: when the merge runs, the scorer has
+    finished reading the q tile.
 
     With SPLIT > 1 (few rows) slice s, the row's columns [s * SLICE, (s + 1) * SLICE),
     takes its own top 16 and the row's last slice to finish pushes the 16 best of them
@@ -204,10 +209,9 @@ def push_kernel(
     # passed its wait (the exchange releases the scorer only then).
     n_local = tl.load(n_local_ptr + b)
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
-    k = tl.arange(0, _TOPK)
-    off = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK + k
-    owners = (h // HR) * R + tl.arange(0, R)
-    dst = peer_ptr(recv_ptrs, owners, tl.int64)[:, None] + off[None, :]
+    owner0 = (h // HR) * R
+    slots = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK
+    dst = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)[:, None] + slots + tl.arange(0, _TOPK)[None, :]
     pdl_wait(PDL)
     pdl_release(PDL)
     # A slice of one chunk is loaded right after the wait, before its length is known (its
@@ -222,21 +226,25 @@ def push_kernel(
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
-        if one_chunk:
-            best = select16(value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False), SORT)
-        if SPLIT == 1:
-            if not one_chunk:
-                best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-            _push(best, dst, healthy)
+        if WARP_SELECT:
+            keys = value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+            _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R, SLICE // 32, WARP_ASM, WARP_CONSTRAINTS)
         else:
-            parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
-            count = count_ptr + t * H + h
             if one_chunk:
-                last = publish_slice(parts, count, s, best, SPLIT)
+                best = select16(value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False), SORT)
+            if SPLIT == 1:
+                if not one_chunk:
+                    best = top16(row_ptr, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+                _push(best, dst, healthy)
             else:
-                last = slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-            if last:
-                _push(merged16(parts, count, SPLIT, SORT), dst, healthy)
+                parts = part_ptr + (t * H + h) * (SPLIT * _TOPK)
+                count = count_ptr + t * H + h
+                if one_chunk:
+                    last = publish_slice(parts, count, s, best, SPLIT)
+                else:
+                    last = slice_top16(row_ptr, n_rank, s, parts, count, KEY_EXACT, CP, RANK, 0.0, 0.0, False, SLICE, SPLIT, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+                if last:
+                    _push(merged16(parts, count, SPLIT, SORT), dst, healthy)
 
 
 @triton.jit
@@ -248,6 +256,24 @@ def _push(best, dst, healthy):
     ever goes from 0 to set within a step, so a later reader would agree."""
     if healthy:
         tl.store(dst, best[None, :])
+
+
+@triton.jit
+def _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R: tl.constexpr, KEYS: tl.constexpr, ASM: tl.constexpr, CONSTRAINTS: tl.constexpr):
+    """``_push`` of the top 16 of a one-warp program's ``keys`` (KEYS per lane) at
+    ``slots`` of owners owner0 .. owner0 + R - 1, selected by ``warp_select``'s PTX block
+    (ASM, CONSTRAINTS: ``warp_top16_asm(KEYS)`` and its constraints): the selected keys at
+    their slots, then its fill key K* at the slots they leave."""
+    # Not pure: its shuffles need the whole warp, so the block must stay where it is.
+    out, fill = tl.inline_asm_elementwise(ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=KEYS)
+    slot = (out >> 56).to(tl.int32) - 1
+    fill = tl.max(fill, axis=0)  # the same in every register
+    k = tl.arange(0, _TOPK)
+    if healthy:
+        for o in tl.static_range(R):
+            row = peer_ptr(recv_ptrs, owner0 + o, tl.int64) + slots
+            tl.store(row + slot, out & _LOW56, mask=slot >= 0)
+            tl.store(row + k, tl.zeros([_TOPK], tl.int64) + (fill & _LOW56), mask=k >= (fill >> 56).to(tl.int32))
 
 
 @triton.jit

@@ -88,10 +88,12 @@ def compile_kernels() -> list[str]:
     they are launched with: the stock top-16 and the CP push at one and four programs per
     row (1024 columns: the three-level select unsplit at a chunk of 512, single selects of
     256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
-    warps of a queued grid, ``push_warps``), the q exchange, the merge, the compact table
+    warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
+    select, and that select at 512 columns), the q exchange, the merge, the compact table
     and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import QUEUED_PER_SM, SelectShape, push_warps
+    from .warp_select import warp_asm_options, warp_selects
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
@@ -116,7 +118,11 @@ def compile_kernels() -> list[str]:
         ]  # fmt: skip
         if split == 1:
             queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk, 1)
-            kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push, queued))
+            push_queued = push | (warp_asm_options(1024) if warp_selects(queued, split, 1024, shape.chunk) else {})
+            kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued))
+    shape = SelectShape.for_width(512)  # the warp select's other width: 16 keys a lane (32 above)
+    select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
+    kernels.append(("push warp select columns=512", push_kernel, push_args, select | cp | {"R": 1, "SLICE": 512} | warp_asm_options(512), 1))
     lines = []
     for name, fn, args, constexprs, *warps in kernels:
         signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}

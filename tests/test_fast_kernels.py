@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import reference
 from fast.backend import default_device
 from fast.cp import IndexerDecodeCP, PeerTimeoutError
-from fast.cp_kernels import compact_table_kernel
+from fast.cp_kernels import _push_warp_top16, compact_table_kernel
 from fast.jit_helpers import ERR_Q_TIMEOUT, KEY_EXACT, fmaf, top16
 from fast.scorer import score_pages
 from fast.select_shape import SelectShape
@@ -176,6 +176,40 @@ def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
     assert torch.equal(out, reference.stock_decode(*case.args()))
 
 
+@triton.jit
+def _warp_top16_kernel(keys_ptr, ptrs, W: tl.constexpr, ASM: tl.constexpr, CONSTRAINTS: tl.constexpr):
+    row = tl.program_id(0)
+    keys = tl.load(keys_ptr + row * W + tl.arange(0, W))
+    _push_warp_top16(keys, ptrs, 0, row * 16, True, 1, W // 32, ASM, CONSTRAINTS)
+
+
+@pytest.mark.gpu  # inline PTX: GPUs only
+@pytest.mark.parametrize("columns", [512, 1024])
+@pytest.mark.parametrize("pattern", ["random", "ties", "low bit", "few valid", "none"])
+def test_warp_select_block_stores_the_top16(columns, pattern):
+    """The push's warp select on one warp (push_kernel's helper, one owner) stores each
+    row's exact top 16 keys as a set: every pass, every fill (no valid key at all, too)."""
+    from fast.warp_select import warp_asm_options
+
+    gen = torch.Generator().manual_seed(columns)
+    rows = 64
+    score = torch.randint(0, 2**32, (rows, columns), generator=gen, dtype=torch.int64)
+    if pattern == "ties":
+        score = (score % 4) << 20
+    elif pattern == "low bit":  # ties above bit 17 of the key: pass B among valid keys
+        score = 0x3F800000 | (score % 2)
+    pages = torch.argsort(torch.rand(rows, 2 * columns, generator=gen), dim=1)[:, :columns]
+    keys = 1 << 48 | score << 16 | (0xFFFF - pages)
+    if pattern in ("few valid", "none"):
+        valid = torch.rand(rows, columns, generator=gen).argsort(dim=1) < (torch.randint(0, 16, (rows, 1), generator=gen) if pattern == "few valid" else 0)
+        keys = torch.where(valid, keys, 0)
+    out = on(torch.full((rows, 16), -1, dtype=torch.int64))
+    ptrs = on(torch.tensor([out.data_ptr()], dtype=torch.int64))
+    opts = warp_asm_options(columns)
+    _warp_top16_kernel[(rows,)](on(keys), ptrs, W=columns, ASM=opts["WARP_ASM"], CONSTRAINTS=opts["WARP_CONSTRAINTS"], num_warps=1)
+    assert torch.equal(out.cpu().sort(dim=1, descending=True).values, keys.sort(dim=1, descending=True).values[:, :16])
+
+
 def test_push_warps_policy():
     from fast.select_shape import QUEUED_PER_SM, push_warps
 
@@ -188,8 +222,11 @@ def test_push_warps_policy():
 
 @pytest.mark.gpu  # the interpreter runs any warps alike
 @pytest.mark.parametrize("pattern", ["exact", "ties"])
-@pytest.mark.parametrize("max_chunk", [1024, 16])  # one-chunk selects on one warp, three-level on two
-def test_cp1_queued_push_equals_oracle(pattern, max_chunk):
+@pytest.mark.parametrize(
+    "max_chunk, pages, warp_select",
+    [(1024, (17, 90), False), (16, (17, 90), False), (1024, (520, 1000), True)],
+)  # one-chunk selects on one warp (tl.topk, or warp_select's block at 512+ columns), three-level on two
+def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     """Enough rows x heads that the push runs on fewer warps (push_warps): the whole CP
     protocol with one rank still equals the reference, massive ties included."""
     from fast.backend import sm_count
@@ -197,14 +234,16 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk):
 
     heads, query_len = 4, 4
     batch = -(-QUEUED_PER_SM * sm_count(str(DEV)) // (heads * query_len))
-    one_chunk = max_chunk == 1024  # rows of 17-90 pages: < 1024 columns, > 16
+    one_chunk = max_chunk == 1024  # rows of 17-1000 pages: < 1024 columns, > 16
     assert push_warps(batch * query_len * heads, one_chunk, sm_count(str(DEV))) == (1 if one_chunk else 2)
     gen = torch.Generator().manual_seed(3)
-    lens = (torch.randint(17 * PAGE, 90 * PAGE, (batch,), generator=gen)).tolist()
+    lens = (torch.randint(pages[0] * PAGE, pages[1] * PAGE, (batch,), generator=gen)).tolist()
     case = make_case(11, lens, query_len=query_len, heads=heads, pattern=pattern)
     state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
+    rows = batch * query_len
+    assert state._warp_select(rows, state._split(rows)) == warp_select
     out = on(torch.full((batch * query_len, heads, 16), -7, dtype=torch.int32))
     state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, query_len)
     state.check()
