@@ -227,6 +227,7 @@ def push_kernel(
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
         if WARP_SELECT:
+            tl.static_assert(one_chunk, "the warp select takes a row of one chunk")
             keys = value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
             _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R, SLICE // 32, WARP_ASM, WARP_CONSTRAINTS)
         else:

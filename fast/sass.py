@@ -93,8 +93,8 @@ def compile_kernels() -> list[str]:
     and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import QUEUED_PER_SM, SelectShape, push_warps
-    from .warp_select import warp_asm_options, warp_selects
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
+    from .warp_select import warp_asm_options, warp_selects
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [
