@@ -321,6 +321,7 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         decode, layer, plan = push_case(device, gen, columns, batch)
         split_plan = decode._split(batch * q)
         split, s = split_plan[0], split_plan[2]
+        warps = decode._push_warps(batch * q, split_plan)
         out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
 
         def push_then_merge(_):
@@ -331,7 +332,7 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
         pair_us = timer(push_then_merge, 8)
         rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
-                     "warps": decode._push_warps(batch * q, split_plan), "warp_select": decode._warp_select(batch * q, split_plan),
+                     "warps": warps, "warp_select": decode._warp_select(warps, split_plan),
                      "shape": [s.chunk, s.supers, s.per_super, s.group],
                      "us": push_us, "push_merge_us": pair_us})  # fmt: skip
     return rows

@@ -253,7 +253,7 @@ class IndexerDecodeCP:
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
-            num_warps=warps, **self._warp_asm(rows, split_plan),
+            num_warps=warps, **(warp_asm_options(columns) if self._warp_select(warps, split_plan) else {}),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
 
@@ -275,18 +275,11 @@ class IndexerDecodeCP:
         split, columns, s = split_plan
         return push_warps(rows * self.heads * split, columns <= s.chunk, self._sms)
 
-    def _warp_select(self, rows: int, split_plan: tuple) -> bool:
-        """Whether the push over ``rows`` rows selects with ``warp_select``'s PTX block
-        (GPUs only: the interpreter runs no inline PTX)."""
+    def _warp_select(self, warps: int, split_plan: tuple) -> bool:
+        """Whether push programs of ``warps`` warps split as ``split_plan`` select with
+        ``warp_select``'s PTX block (GPUs only: the interpreter runs no inline PTX)."""
         split, columns, s = split_plan
-        return self.device.type == "cuda" and warp_selects(self._push_warps(rows, split_plan), split, columns, s.chunk)
-
-    def _warp_asm(self, rows: int, split_plan: tuple) -> dict:
-        """push_kernel's WARP_SELECT / WARP_ASM / WARP_CONSTRAINTS: the block for the row's
-        keys per lane where ``_warp_select``, else none (their defaults: off)."""
-        if not self._warp_select(rows, split_plan):
-            return {}
-        return warp_asm_options(split_plan[1])
+        return self.device.type == "cuda" and warp_selects(warps, split, columns, s.chunk)
 
     def check(self) -> None:
         """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it

@@ -242,8 +242,8 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
-    rows = batch * query_len
-    assert state._warp_select(rows, state._split(rows)) == warp_select
+    split_plan = state._split(batch * query_len)
+    assert state._warp_select(state._push_warps(batch * query_len, split_plan), split_plan) == warp_select
     out = on(torch.full((batch * query_len, heads, 16), -7, dtype=torch.int32))
     state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, query_len)
     state.check()
