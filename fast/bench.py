@@ -10,7 +10,8 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
 3. the stock top-16 alone (in and out of the layer) and the stock scorer alone (their
    ratio at 8192 pages); the CP push alone (its local top-16 and stores);
 4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
-   and 4: µs, speedup, and the CP fixed overhead (CP layer minus its compact scorer alone).
+   and 4: µs, speedup, and the CP fixed overhead, by difference (CP layer minus its compact
+   scorer alone) and by stage (the exchange, push and merge alone, in the same graphs).
    A layer's time is the difference of graphs of 2L and L layers over L: the first
    layer's wait for the slowest rank's launch, paid once per step, cancels (the L-layer
    graph's time per layer is reported too); the scorers and top-16 alone are timed the
@@ -425,14 +426,15 @@ def print_report(report: dict, file=sys.stdout) -> None:
     if report.get("layers"):
         ok = report["checks"].get("cp") and report["checks"].get("stock")
         print(f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, {HEADS // report['world'] or 1} heads/rank), µs (max over ranks)", file=file)
-        print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}", file=file)
+        print(f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} {'overhead':>8} {'stages':>7} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}", file=file)
         print(f"  (per layer, every column but 'first': (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each graph cold after a barrier, a GPU spin and a rendezvous of the GPUs that starts the ranks together; what the first layer pays once per step cancels;", file=file)
+        print("   'overhead': cp - cp score; 'stages': the CP overhead by stage, a graph of the exchange, push and merge alone, on the scores the CP layers left;", file=file)
         print(f"   'first': T({LAYERS} layers) / {LAYERS}, all included)", file=file)
         for r in report["layers"]:
             speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
             print(
                 f"{r['context']:>8} {r['batch']:>5} {r['query_len']:>2} {r['stock_us']:>9.1f} {r['cp_us']:>9.1f} {speed:>7} "
-                f"{r['cp_score_us']:>9.1f} {r['cp_us'] - r['cp_score_us']:>8.1f} {r['stock_score_us']:>9.1f} {r['stock_top16_us']:>8.1f} "
+                f"{r['cp_score_us']:>9.1f} {r['cp_us'] - r['cp_score_us']:>8.1f} {r['cp_stages_us']:>7.1f} {r['stock_score_us']:>9.1f} {r['stock_top16_us']:>8.1f} "
                 f"{r['stock_first_us']:>6.1f}/{r['cp_first_us']:<6.1f}",
                 file=file,
             )

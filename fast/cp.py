@@ -208,12 +208,7 @@ class IndexerDecodeCP:
         if rows == 0:
             return out
         clock = _StageClock(stage_times, self.device)
-        q_exchange_kernel[(rows,)](
-            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, self.error,
-            self._tile_words, self.spin_limit,
-            H=self.heads, HR=hr, R=self.layout.replicas, HEAD0=self.owned.start, CP=self.cp, RANK=self.rank, QLEN=query_len,
-            **pdl_options(self.pdl),
-        )  # fmt: skip
+        self.exchange(layer, plan, index_q, query_len)
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         split_plan = self._split(rows)
@@ -229,6 +224,18 @@ class IndexerDecodeCP:
         clock.lap("merge")
         clock.done()
         return out
+
+    def exchange(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, query_len: int) -> None:
+        """The q exchange, forward's first stage (alone: for the benchmark's stages without
+        the scorer, then ``push`` and ``merge`` on every rank): each long request's queries
+        of this rank's heads (index_q: float8_e4m3fn [B * q, Hr, 128]) into every rank's
+        tile, then a wait for every rank's into this one's."""
+        q_exchange_kernel[(plan.batch * query_len,)](
+            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, self.error,
+            self._tile_words, self.spin_limit,
+            H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, HEAD0=self.owned.start, CP=self.cp, RANK=self.rank,
+            QLEN=query_len, **pdl_options(self.pdl),
+        )  # fmt: skip
 
     def _split(self, rows: int) -> tuple:
         """``plan_split`` of the push over ``rows`` rows (batch x query_len): its programs per

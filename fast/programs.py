@@ -4,6 +4,7 @@ the parent-side assembly of the ranks' outputs into ``[rows, H, 16]``."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import torch
 
@@ -137,6 +138,26 @@ def changing_queries_on_rank(
     return [o.cpu() for o in outs]
 
 
+def stages_after_forward_on_rank(ctx, case: dict, *, pdl: bool = False) -> list[dict]:
+    """A CP forward of one layer, then its stages but the scorer (``_cp_stage_layers``: the
+    benchmark's overhead by stage) twice on the scores it left; each run's ``{"heads",
+    "out"}`` (int32 [rows, Hr, 16]), forward's first. The stages' runs land in the layer's
+    other buffer set and then back in the forward's, so both sets' re-arms are checked."""
+    c = _to(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    plan = state.plan(c["block_table"], c["seq_lens"])
+    q = c["index_q"][:, owned].contiguous()
+    outs = [torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device) for _ in range(3)]
+    state.forward(layer, plan, q, c["k_cache"], outs[0], c["query_len"])
+    for out in outs[1:]:
+        _cp_stage_layers([None], state, [layer], SimpleNamespace(plan=plan, index_q=q[None], out=out[None]), c["query_len"])
+    state.check()
+    return [{"heads": owned, "out": o.cpu()} for o in outs]
+
+
 def short_step_skipped_on_rank(ctx, case: dict, short_lens: torch.Tensor, *, skip_rank: int, pdl: bool = False) -> dict:
     """Three CP steps of one layer: the case's lengths, ``short_lens`` (int32 [B], every row
     short), the case's lengths again; rank ``skip_rank`` never calls the middle step's
@@ -257,7 +278,8 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     graph's time per layer, all of it included. Plus each path's scorer alone and the stock
     top-16 alone, by the same difference (so ``cp_us - cp_score_us`` compares the same
     layers: the second half of a long graph runs slower than the first at the largest
-    sizes, ~2.5% at 1M / 64), each graph's time the median of ``reps``. Every rank draws the
+    sizes, ~2.5% at 1M / 64), and the CP layer's other stages without it (``cp_stages_us``:
+    the overhead by stage), each graph's time the median of ``reps``. Every rank draws the
     same inputs."""
     import torch.distributed as dist
 
@@ -339,6 +361,7 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         if path == "cp":
             tile = random_tile(batch, heads, gen, dev)
             result["cp_score_us"] = per_layer(_score_layers, tile, s.plan.block_table, s.plan.score_lens, s.plan.scores, query_len)
+            result["cp_stages_us"] = per_layer(_cp_stage_layers, decode, g.cp_layers, s, query_len)
         else:
             tile, scores = decode._tiles[batch], decode._scores[batch]
             result["stock_score_us"] = per_layer(_score_layers, tile, table, lens, scores, query_len)
@@ -353,6 +376,17 @@ def _score_layers(caches, tile, table, lens, scores, query_len: int) -> None:
 
     for cache in caches:
         score_pages(tile, cache, table, lens, scores, first_slot=SLOTS - query_len)
+
+
+def _cp_stage_layers(caches, decode, cp_layers, s, query_len: int) -> None:
+    """The CP layer's stages but its scorer — exchange, push, merge — once per layer cache
+    (the caches only count the layers), on the scores the CP graphs left in ``s.plan``:
+    the CP overhead by stage (the benchmark's ``cp_stages_us``), steady where the layer
+    less its scorer swings by more than the overhead (1M). Every rank runs it alike."""
+    for i in range(len(caches)):
+        decode.exchange(cp_layers[i], s.plan, s.index_q[i], query_len)
+        decode.push(cp_layers[i], s.plan, query_len)
+        decode.merge(cp_layers[i], s.plan, query_len, s.out[i])
 
 
 def _select_layers(caches, decode, out, query_len: int) -> None:

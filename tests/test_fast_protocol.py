@@ -23,6 +23,7 @@ from fast.programs import (
     graph_replay_on_rank,
     run_case,
     short_step_skipped_on_rank,
+    stages_after_forward_on_rank,
     step_queries,
 )
 from fuzz.strategies import decode_configs
@@ -143,6 +144,17 @@ def test_a_step_without_long_rows_waits_for_nobody():
         ran = [r for r in res if r["outs"][step] is not None]
         got = torch.cat([r["outs"][step] for r in ran], dim=1)
         assert torch.equal(got, expect[:, [h for r in ran for h in r["heads"]]]), f"step {step}"
+
+
+def test_stages_without_the_scorer_repeat_the_forward():
+    """The benchmark's CP overhead by stage runs the exchange, push and merge without the
+    scorer on the scores a forward left: the same output, in both buffer sets (the first
+    run follows the forward's flip), and no spin left waiting."""
+    case = make_case(2, [seq_len_for(30, 3), seq_len_for(5, 0), seq_len_for(21, 127)], query_len=4, heads=4, pattern="exact")
+    runs = zip(*pool(2).run(stages_after_forward_on_rank, case.to_dict(), pdl=PDL))
+    want = reference.full_decode(*case.args())
+    for k, run in enumerate(runs):
+        assert torch.equal(assemble(list(run), 4), want), f"run {k} (0: the forward)"
 
 
 @pytest.mark.parametrize("cp", [_cp_param(2), _cp_param(4)])

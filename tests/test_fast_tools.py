@@ -78,7 +78,7 @@ def test_bench_report_prints_every_section():
     from fast.bench import print_report
 
     layer = {"context": 8192, "batch": 1, "query_len": 1, "stock_us": 9.0, "cp_us": 12.0, "stock_first_us": 9.5, "cp_first_us": 16.0,
-             "cp_score_us": 5.0, "stock_score_us": 6.0, "stock_top16_us": 3.0}  # fmt: skip
+             "cp_score_us": 5.0, "cp_stages_us": 6.5, "stock_score_us": 6.0, "stock_top16_us": 3.0}  # fmt: skip
     report = {
         "machine": {"gpu": "GPU", "gpus": 2, "sms": 132, "memory_gib": 140, "torch": "t", "triton": "3.6", "commit": "c", "date": "d"},
         "ceilings": {"copy_read_plus_write_GBps": 2700.0, "stream_read_GBps": 4500.0},
@@ -96,7 +96,7 @@ def test_bench_report_prints_every_section():
     out = io.StringIO()
     print_report(report, out)
     text = out.getvalue()
-    assert "0.75x" in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
+    assert "0.75x" in text and "     7.0     6.5 " in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
     assert "1024 programs, 1 warps, one chunk: push 6.1, + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4, + merge" in text
 
 
