@@ -16,6 +16,7 @@ from fast.scorer import score_pages
 from fast.select_shape import SelectShape
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
+from fast.warp_select import warp_asm_options
 from fuzz.strategies import DecodeConfig, decode_configs
 from reference.cases import EXACT_PATTERNS, every_element_case, make_case, seq_len_for
 from reference.constants import PAGE, SLOTS
@@ -189,8 +190,6 @@ def _warp_top16_kernel(keys_ptr, ptrs, W: tl.constexpr, ASM: tl.constexpr, CONST
 def test_warp_select_block_stores_the_top16(columns, pattern):
     """The push's warp select on one warp (push_kernel's helper, one owner) stores each
     row's exact top 16 keys as a set: every pass, every fill (no valid key at all, too)."""
-    from fast.warp_select import warp_asm_options
-
     gen = torch.Generator().manual_seed(columns)
     rows = 64
     score = torch.randint(0, 2**32, (rows, columns), generator=gen, dtype=torch.int64)
@@ -203,6 +202,42 @@ def test_warp_select_block_stores_the_top16(columns, pattern):
     if pattern in ("few valid", "none"):
         valid = torch.rand(rows, columns, generator=gen).argsort(dim=1) < (torch.randint(0, 16, (rows, 1), generator=gen) if pattern == "few valid" else 0)
         keys = torch.where(valid, keys, 0)
+    out = on(torch.full((rows, 16), -1, dtype=torch.int64))
+    ptrs = on(torch.tensor([out.data_ptr()], dtype=torch.int64))
+    opts = warp_asm_options(columns)
+    _warp_top16_kernel[(rows,)](on(keys), ptrs, W=columns, ASM=opts["WARP_ASM"], CONSTRAINTS=opts["WARP_CONSTRAINTS"], num_warps=1)
+    assert torch.equal(out.cpu().sort(dim=1, descending=True).values, keys.sort(dim=1, descending=True).values[:, :16])
+
+
+@pytest.mark.gpu  # inline PTX: GPUs only
+@settings(max_examples=40, deadline=None)
+@given(
+    columns=st.sampled_from([512, 1024]),
+    valid=st.integers(0, 1024),
+    above=st.integers(0, 16),
+    tied=st.integers(0, 48),
+    low_bit=st.booleans(),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_warp_select_block_on_drawn_tie_structures(columns, valid, above, tied, low_bit, seed):
+    """The block's two passes meet at the 16th key: rows of ``valid`` keys (the rest no
+    page), ``above`` of them with distinct scores over a tie score that ``tied`` more share
+    (in their upper 31 key bits only where ``low_bit``: the score's last bit differs), the
+    others below it, at random columns and pages — so pass A's threshold lands on, inside
+    and past the tied run, and the fill meets every count of valid keys."""
+    gen = torch.Generator().manual_seed(seed)
+    rows, valid = 32, min(valid, columns)
+    above, tied = min(above, valid), min(tied, valid - min(above, valid))
+    tie = 1 << 30
+    rank = torch.arange(columns).expand(rows, columns)
+    high = tie + 2 + 2 * torch.randperm(1 << 20, generator=gen)[:above].sort(descending=True).values  # distinct, over the tie
+    low = torch.randint(0, tie, (rows, columns), generator=gen, dtype=torch.int64)  # under it
+    score = torch.where(rank < above, torch.cat([high, torch.zeros(columns - above, dtype=torch.int64)])[None, :], low)
+    tied_score = tie | (torch.randint(0, 2, (rows, columns), generator=gen) if low_bit else 0)
+    score = torch.where((rank >= above) & (rank < above + tied), tied_score, score)
+    pages = torch.argsort(torch.rand(rows, 4 * columns, generator=gen), dim=1)[:, :columns]
+    keys = torch.where(rank < valid, 1 << 48 | score << 16 | (0xFFFF - pages), 0)
+    keys = keys.gather(1, torch.argsort(torch.rand(rows, columns, generator=gen), dim=1))  # at random columns
     out = on(torch.full((rows, 16), -1, dtype=torch.int64))
     ptrs = on(torch.tensor([out.data_ptr()], dtype=torch.int64))
     opts = warp_asm_options(columns)
