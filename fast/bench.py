@@ -322,7 +322,7 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         decode, layer, plan = push_case(device, gen, columns, batch)
         split_plan = decode._split(batch * q)
         split, s = split_plan[0], split_plan[2]
-        warps = decode._push_warps(batch * q, split_plan)
+        warps, keys = decode._push_plan(batch * q, split_plan)
         out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
 
         def push_then_merge(_):
@@ -333,7 +333,7 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
         pair_us = timer(push_then_merge, 8)
         rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
-                     "warps": warps, "warp_select": decode._warp_select(warps, split_plan),
+                     "warps": warps, "warp_select": keys,
                      "shape": [s.chunk, s.supers, s.per_super, s.group],
                      "us": push_us, "push_merge_us": pair_us})  # fmt: skip
     return rows
@@ -417,7 +417,10 @@ def print_report(report: dict, file=sys.stdout) -> None:
     if report.get("push"):
         print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call", file=file)
         for r in report["push"]:
-            shape = "x".join(map(str, r["shape"][1:])) if r["columns"] > r["shape"][0] else "warp select" if r.get("warp_select") else "one chunk"
+            if r["columns"] <= r["shape"][0]:
+                shape = "warp select" if r.get("warp_select") else "one chunk"
+            else:  # two levels through the warp select (its keys: the groups'), or three
+                shape = f"{r['warp_select']} groups, warp select" if r.get("warp_select") else "x".join(map(str, r["shape"][1:]))
             print(
                 f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: "
                 f"push {r['us']:.1f}, + merge {r['push_merge_us']:.1f} (merge {r['push_merge_us'] - r['us']:.1f} by difference)",

@@ -23,7 +23,7 @@ from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor
-from .warp_select import warp_asm_options, warp_selects
+from .warp_select import warp_asm_options, warp_select_keys
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +133,11 @@ class IndexerDecodeCP:
         self._tile_words = max_reqs * SLOTS * heads * HEAD_DIM // 4
         self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
         self._plans: dict[int, CPPlan] = {}
-        # the push's programs per row (None: select_split on a GPU), its slices' keys and
-        # per-(row, head) counts (zero between calls)
+        # the push's programs per row (None: select_split on a GPU), its slices' keys (or,
+        # one program a row, the row's group keys: warp_groups_top16) and per-(row, head)
+        # counts (zero between calls)
         self.split = split
-        self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
+        self._parts = torch.zeros(max(SPLIT_PROGRAMS, self.rows_max * heads) * TOPK, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
     def new_layer(self) -> CPLayer:
@@ -254,13 +255,13 @@ class IndexerDecodeCP:
         scorer's release too)."""
         split, columns, s = split_plan
         rows = plan.batch * query_len
-        warps = self._push_warps(rows, split_plan)
+        warps, keys = self._push_plan(rows, split_plan)
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=s.group, SORT=self.device.type == "cuda",
-            num_warps=warps, **(warp_asm_options(columns) if self._warp_select(warps, split_plan) else {}),
+            num_warps=warps, **(warp_asm_options(keys) if keys else {}),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
 
@@ -277,16 +278,16 @@ class IndexerDecodeCP:
         )  # fmt: skip
         return out
 
-    def _push_warps(self, rows: int, split_plan: tuple) -> int:
-        """Warps per push program over ``rows`` rows split as ``split_plan`` (``push_warps``)."""
+    def _push_plan(self, rows: int, split_plan: tuple) -> tuple[int, int]:
+        """(warps, keys) of the push over ``rows`` rows split as ``split_plan``: its warps
+        per program (``push_warps``) and the keys per row its programs give ``warp_select``'s
+        PTX block where they are one warp (``warp_select_keys``; GPUs only: the interpreter
+        runs no inline PTX), else 0 (``tl.topk``)."""
         split, columns, s = split_plan
-        return push_warps(rows * self.heads * split, columns <= s.chunk, self._sms)
-
-    def _warp_select(self, warps: int, split_plan: tuple) -> bool:
-        """Whether push programs of ``warps`` warps split as ``split_plan`` select with
-        ``warp_select``'s PTX block (GPUs only: the interpreter runs no inline PTX)."""
-        split, columns, s = split_plan
-        return self.device.type == "cuda" and warp_selects(warps, split, columns, s.chunk)
+        programs = rows * self.heads * split
+        keys = warp_select_keys(split, columns, s, programs, self._sms) if self.device.type == "cuda" else 0
+        warps = push_warps(programs, columns <= s.chunk or keys > 0, self._sms)
+        return warps, keys if warps == 1 else 0
 
     def check(self) -> None:
         """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it

@@ -39,8 +39,10 @@ from .jit_helpers import (
     select16_rows,
     short_row,
     slice_top16,
+    store_warp_slots,
     top16,
     value_keys,
+    warp_groups_top16,
 )
 
 _PAGE = tl.constexpr(PAGE)
@@ -59,7 +61,6 @@ MERGE_WARPS = 1
 _MERGE_WARPS = tl.constexpr(MERGE_WARPS)
 _LONG = tl.constexpr(MAX_MERGE_ROWS)
 _FAILED = tl.constexpr(MAX_MERGE_ROWS * MAX_MERGE_ROWS)
-_LOW56 = tl.constexpr((1 << 56) - 1)  # warp_select's key field (the slot above it)
 
 
 @triton.jit
@@ -161,7 +162,7 @@ def push_kernel(
     recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
     parity_ptr,  # int64 [1]
     err_ptr,  # int32 [1]
-    part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1), a row's group keys (two-level warp select)
     count_ptr,  # int32 [rows * H]: slices done (0 between calls)
     rows_max,
     set_elems,
@@ -182,9 +183,9 @@ def push_kernel(
     GROUP: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
-    WARP_SELECT: tl.constexpr = False,  # one warp, one chunk: select by warp_select's PTX block,
-    WARP_ASM: tl.constexpr = "",  # that block and its constraints (warp_select.warp_asm_options)
-    WARP_CONSTRAINTS: tl.constexpr = "",
+    WARP_SELECT: tl.constexpr = False,  # one warp, a program a row: warp_select's PTX block
+    WARP_ASM: tl.constexpr = "",  # selects (a one-chunk row's columns, or a wider row's group
+    WARP_CONSTRAINTS: tl.constexpr = "",  # keys: warp_groups_top16); warp_asm_options' block
 ):
     """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
     stored into slot RANK of every owner's candidates (any order: the merge sorts them).
@@ -227,9 +228,16 @@ def push_kernel(
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
         if WARP_SELECT:
-            tl.static_assert(one_chunk, "the warp select takes a row of one chunk")
-            keys = value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
-            _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R, SLICE // 32, WARP_ASM, WARP_CONSTRAINTS)
+            tl.static_assert(SPLIT == 1, "the warp select takes a whole row")
+            if one_chunk:
+                keys = value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+                _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R, SLICE // 32, WARP_ASM, WARP_CONSTRAINTS)
+            else:
+                # Two levels: the split's scratch (unused: one program a row) holds the
+                # row's 16 group keys between them.
+                scratch = part_ptr + (t * H + h) * _TOPK
+                best = warp_groups_top16(row_ptr, n_rank, scratch, CP, RANK, SLICE // GROUP, GROUP, WARP_ASM, WARP_CONSTRAINTS, SORT)
+                _push(best, dst, healthy)
         else:
             if one_chunk:
                 best = select16(value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False), SORT)
@@ -267,14 +275,9 @@ def _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R: tl.constexpr, K
     their slots, then its fill key K* at the slots they leave."""
     # Not pure: its shuffles need the whole warp, so the block must stay where it is.
     out, fill = tl.inline_asm_elementwise(ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=KEYS)
-    slot = (out >> 56).to(tl.int32) - 1
-    fill = tl.max(fill, axis=0)  # the same in every register
-    k = tl.arange(0, _TOPK)
     if healthy:
         for o in tl.static_range(R):
-            row = peer_ptr(recv_ptrs, owner0 + o, tl.int64) + slots
-            tl.store(row + slot, out & _LOW56, mask=slot >= 0)
-            tl.store(row + k, tl.zeros([_TOPK], tl.int64) + (fill & _LOW56), mask=k >= (fill >> 56).to(tl.int32))
+            store_warp_slots(out, fill, peer_ptr(recv_ptrs, owner0 + o, tl.int64) + slots)
 
 
 @triton.jit

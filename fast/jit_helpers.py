@@ -13,6 +13,8 @@ RANKED = tl.constexpr(15)
 KEY_EXACT = tl.constexpr(0)  # 1 << 48 | ordered(score) << 16 | (0xFFFF - page)
 KEY_STOCK = tl.constexpr(1)  # q16 << 16 | (0xFFFF - page), uint32: a 32-bit sort is ~2x faster
 
+_LOW56 = tl.constexpr((1 << 56) - 1)  # warp_select's key field (the slot above it)
+
 # Device error codes (an int32 flag per process; the host reads it in check()).
 ERR_Q_TIMEOUT = 1  # the q exchange never completed: a peer's query never arrived
 ERR_MERGE_TIMEOUT = 2  # a peer's candidates never arrived
@@ -181,6 +183,59 @@ def top16(
         cand = row_keys(row_ptr, grp[:, None] * GROUP + g[None, :], n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
         best = select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
     return best
+
+
+@triton.jit
+def warp_groups_top16(
+    row_ptr,
+    n,
+    scratch,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    GROUPS: tl.constexpr,
+    GROUP: tl.constexpr,
+    ASM: tl.constexpr,
+    CONSTRAINTS: tl.constexpr,
+    SORT: tl.constexpr,
+):
+    """The 16 largest KEY_EXACT keys of columns ``j < n`` of a row of GROUPS x GROUP columns,
+    descending, on one warp (GPUs), in two levels: the 16 groups of GROUP consecutive
+    columns with the largest stand-in keys (``_group_keys``), selected by
+    ``warp_select``'s PTX block (ASM, CONSTRAINTS: ``warp_asm_options(GROUPS)``), then the
+    best 16 of their members (16 x GROUP keys). Exact as ``top16``'s levels are. The block
+    leaves the 16 group keys at slots in its lanes' registers: they pass through
+    ``scratch`` (16 int64 of this program's own) to become one block of 16.
+
+    (The three levels of ``top16``, on two warps, took 18.5 µs for 1024 rows of 4096
+    columns: three dependent ``tl.topk``; fast/PERF.md, tenth session.)"""
+    g = tl.arange(0, GROUPS)
+    # A group's best, one member column at a time: a [GROUPS, GROUP] load keeps the whole
+    # row live in registers next to the block's (1024 groups of 4: 255 registers, spilled).
+    top = _rank_values(row_ptr, g * GROUP, n, KEY_EXACT)
+    for m in tl.static_range(1, GROUP):
+        top = tl.maximum(top, _rank_values(row_ptr, g * GROUP + m, n, KEY_EXACT))
+    keys = _group_keys(top, g * GROUP, n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+    # Not pure: its shuffles need the whole warp, so the block must stay where it is.
+    out, fill = tl.inline_asm_elementwise(ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=GROUPS // 32)
+    store_warp_slots(out, fill, scratch)
+    tl.debug_barrier()  # one warp: its lanes' stores before any lane's load
+    top_g = tl.load(scratch + tl.arange(0, TOPK))
+    # Key 0 (fewer than 16 groups start below n) maps past the row, where every key is 0.
+    grp = tl.where(top_g > 0, _column(top_g, CP, RANK) // GROUP, GROUPS)
+    cand = row_keys(row_ptr, grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :], n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+    return select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
+
+
+@triton.jit
+def store_warp_slots(out, fill, row):
+    """Store ``warp_select``'s PTX block's result at ``row`` (16 int64): each selected key
+    (``out``: key | (slot + 1) << 56, else 0) at its slot, then the fill key K* (``fill``:
+    K* | filled << 56, the same in every register) at the slots from ``filled`` on."""
+    slot = (out >> 56).to(tl.int32) - 1
+    fill = tl.max(fill, axis=0)
+    k = tl.arange(0, TOPK)
+    tl.store(row + slot, out & _LOW56, mask=slot >= 0)
+    tl.store(row + k, tl.zeros([TOPK], tl.int64) + (fill & _LOW56), mask=k >= (fill >> 56).to(tl.int32))
 
 
 @triton.jit

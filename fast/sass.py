@@ -92,9 +92,9 @@ def compile_kernels() -> list[str]:
     select, and that select at 512 columns), the q exchange, the merge, the compact table
     and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
-    from .select_shape import QUEUED_PER_SM, SelectShape, push_warps
+    from .select_shape import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_warps
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
-    from .warp_select import warp_asm_options, warp_selects
+    from .warp_select import WIDE_PER_SM, warp_asm_options, warp_select_keys
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [
@@ -117,12 +117,17 @@ def compile_kernels() -> list[str]:
             (f"push split={split} chunk={shape.chunk}", push_kernel, push_args, push),
         ]  # fmt: skip
         if split == 1:
-            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk, 1)
-            push_queued = push | (warp_asm_options(1024) if warp_selects(queued, split, 1024, shape.chunk) else {})
+            keys = warp_select_keys(split, 1024, shape, QUEUED_PER_SM, 1)
+            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk or keys > 0, 1)
+            push_queued = push | (warp_asm_options(keys) if keys and queued == 1 else {})
             kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued))
-    shape = SelectShape.for_width(512)  # the warp select's other width: 16 keys a lane (32 above)
-    select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
-    kernels.append(("push warp select columns=512", push_kernel, push_args, select | cp | {"R": 1, "SLICE": 512} | warp_asm_options(512), 1))
+    # The warp select's other uses: 512 columns (16 keys a lane; 32 above), and the two
+    # levels of a 2048-column row (512 group keys: a CP = 2 rank's row at 512K).
+    for name, columns, shape in (("push warp select columns=512", 512, SelectShape.for_width(512)),
+                                 ("push two-level warp select columns=2048", 2048, SelectShape.for_width(2047, group=PUSH_GROUP))):  # fmt: skip
+        select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
+        keys = warp_select_keys(1, columns, shape, WIDE_PER_SM, 1)
+        kernels.append((name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1))
     lines = []
     for name, fn, args, constexprs, *warps in kernels:
         signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}

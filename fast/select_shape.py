@@ -95,10 +95,11 @@ def release_select(programs: int) -> bool:
     return programs <= RELEASE_PROGRAMS
 
 
-def push_warps(programs: int, one_chunk: bool, sms: int) -> int:
+def push_warps(programs: int, one_warp: bool, sms: int) -> int:
     """Warps per program of the CP push (``cp_kernels.push_kernel``): 4 while there are
-    fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 for a
-    one-chunk select and 2 for a three-level one (throughput counts).
+    fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 where
+    ``one_warp`` (a one-chunk select, or two levels through ``warp_select``'s block) and 2
+    for a three-level select (throughput counts).
 
     One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
     barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
@@ -109,7 +110,7 @@ def push_warps(programs: int, one_chunk: bool, sms: int) -> int:
     selects of 4096 columns (128 x 8 x 4) 22.5 / 18.4 / -, 128 of them 7.0 / 8.1 / -."""
     if programs < QUEUED_PER_SM * sms:
         return 4
-    return 1 if one_chunk else 2
+    return 1 if one_warp else 2
 
 
 def fit_split(split: int, programs: int, width: int) -> int:

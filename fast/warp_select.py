@@ -1,6 +1,7 @@
 """A warp's exact top 16 of int64 keys in one inline-PTX block: the CP push's select on one
-warp at 512+ columns, where ``tl.topk``'s bitonic network (int64 compares, 600 shuffles
-at 512 keys) is the push's bulk (fast/PERF.md, ninth session).
+warp over 512-1024 keys (a row's columns, or a wider row's group keys), where ``tl.topk``'s
+bitonic network (int64 compares, 600 shuffles at 512 keys) is the push's bulk (fast/PERF.md,
+ninth and tenth sessions).
 
 Keys are ``jit_helpers``' KEY_EXACT keys (below 2^49; 0 = no page); each of the warp's 32
 lanes holds P of them (P = columns / 32, any assignment of columns to lanes). Two passes
@@ -36,10 +37,31 @@ MIN_COLUMNS = 512
 MAX_COLUMNS = 1024  # 32 keys per lane: the block's registers (~170) still fit one warp
 
 
-def warp_selects(warps: int, split: int, columns: int, chunk: int) -> bool:
-    """Whether a push program selects with the PTX block (on a GPU): one warp, one program
-    per row, a one-chunk row of MIN_COLUMNS .. MAX_COLUMNS (padded) columns."""
-    return warps == 1 and split == 1 and columns <= chunk and MIN_COLUMNS <= columns <= MAX_COLUMNS
+# Rows wider than a chunk (two levels, warp_groups_top16): at most this many group keys, on
+# at least WIDE_PER_SM programs per SM. Measured (fast/PERF.md, tenth session; the push alone,
+# µs, two levels on one warp / top16's three on two): 2048 columns (512 group keys), 1024
+# programs: 9.4-9.9 / 13.6-14.0; 4096 columns (1024 group keys): 1024 programs 17.0-18.3 /
+# 18.3-18.4, 768 programs 16.9-18.1 / 14.9, 528 programs 15.9-16.0 / 11.2-11.5 — one warp's
+# latency shows once fewer programs queue. 2048 columns on fewer programs: not measured.
+WIDE_MAX_KEYS = 512
+WIDE_PER_SM = 7
+
+
+def warp_select_keys(split: int, columns: int, shape, programs: int, sms: int) -> int:
+    """Keys a push program's row gives the PTX block (on a GPU, where the program is one
+    warp), or 0 where the push keeps ``tl.topk``: a row of one program (split 1) and
+    MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk (``shape``: its
+    ``SelectShape``), else its groups' stand-in keys (columns / shape.group:
+    ``jit_helpers.warp_groups_top16``, two levels where ``top16`` takes three), for a
+    wider row only up to WIDE_MAX_KEYS of them and where the grid's ``programs`` give
+    ``sms`` SMs WIDE_PER_SM each."""
+    if columns <= shape.chunk:
+        keys = columns
+    else:
+        keys = columns // shape.group
+        if keys > WIDE_MAX_KEYS or programs < WIDE_PER_SM * sms:
+            return 0
+    return keys if split == 1 and MIN_COLUMNS <= keys <= MAX_COLUMNS else 0
 
 
 def batcher_pairs(n: int) -> list[tuple[int, int]]:
@@ -166,8 +188,8 @@ def warp_top16_constraints(keys: int) -> str:
     return ",".join(["=l"] * (2 * keys) + ["l"] * keys)
 
 
-def warp_asm_options(columns: int) -> dict:
-    """push_kernel's WARP_SELECT / WARP_ASM / WARP_CONSTRAINTS for a one-warp row of
-    ``columns`` keys."""
-    keys = columns // 32
+def warp_asm_options(keys: int) -> dict:
+    """push_kernel's WARP_SELECT / WARP_ASM / WARP_CONSTRAINTS for a one-warp select of
+    ``keys`` keys (``warp_select_keys``)."""
+    keys = keys // 32
     return {"WARP_SELECT": True, "WARP_ASM": warp_top16_asm(keys), "WARP_CONSTRAINTS": warp_top16_constraints(keys)}

@@ -278,11 +278,51 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     split_plan = state._split(batch * query_len)
-    assert state._warp_select(state._push_warps(batch * query_len, split_plan), split_plan) == warp_select
+    assert (state._push_plan(batch * query_len, split_plan)[1] > 0) == warp_select
     out = on(torch.full((batch * query_len, heads, 16), -7, dtype=torch.int32))
     state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, query_len)
     state.check()
     assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
+
+
+@pytest.mark.gpu  # the PTX block: GPUs only
+@pytest.mark.parametrize("pattern", ["random", "ties", "few groups"])
+def test_queued_wide_push_selects_in_two_levels(pattern):
+    """Rows of 2048 columns (a CP = 2 rank's at 512K), queued deep on every SM: the push's
+    two levels on one warp (warp_groups_top16: the block over the 512 groups' keys, then
+    tl.topk over the best 16 groups' members) store each row's exact top 16 keys, as a set,
+    in the owner's slots. The scores go in directly: the reference's scorer over
+    2048-page rows would take minutes on the CPU. "ties": scores of four values, so groups
+    tie at their maxima and keys at their scores; "few groups": rows whose history holds
+    fewer than 16 groups."""
+    from fast.backend import sm_count
+    from fast.warp_select import WIDE_PER_SM
+
+    heads, query_len, columns = 4, 4, 2048
+    batch = -(-WIDE_PER_SM * sm_count(str(DEV)) // (heads * query_len))
+    gen = torch.Generator().manual_seed(columns)
+    high = 20 * PAGE if pattern == "few groups" else columns * PAGE
+    lens = torch.randint(17 * PAGE, high, (batch,), generator=gen, dtype=torch.int32)
+    lens[0] = columns * PAGE  # a row as wide as the plan
+    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV))
+    layer = state.new_layer()
+    plan = state.plan(on(torch.zeros(batch, columns, dtype=torch.int32)), on(lens))
+    split_plan = state._split(batch * query_len)
+    assert state._push_plan(batch * query_len, split_plan) == (1, columns // 4)
+    scores = torch.randn(plan.scores.shape, generator=gen)
+    if pattern == "ties":
+        scores = scores.round().clamp(-1, 2)
+    plan.scores.copy_(scores)
+    state.push(layer, plan, query_len)
+    torch.cuda.synchronize()
+    got = layer.recv.local.view(2, 1, state.rows_max, heads, 16)[0, 0, : batch * query_len].cpu()
+    own = own_pages(lens, query_len)  # [rows]
+    j = torch.arange(plan.scores.shape[2])
+    rows = scores.view(batch, SLOTS, heads, -1)[:, SLOTS - query_len :].reshape(batch * query_len, heads, -1)
+    n_rank = torch.minimum(own, plan.n_local.cpu().repeat_interleave(query_len))[:, None, None]
+    want = top_keys(exact_keys(rows, j, j < n_rank).view(-1, j.numel()), 16).view(batch * query_len, heads, 16)
+    long = own + 1 > 16
+    assert bool(long.any()) and torch.equal(got[long].sort(dim=-1, descending=True).values, want[long])
 
 
 @settings(max_examples=20)

@@ -45,7 +45,7 @@ def test_decode_kernels_compile_for_sm90():
     names = [line.split(":")[0] for line in done.stdout.splitlines()]
     queued = {(1, 512): ["push split=1 chunk=512 warps=2"], (4, 256): [], (1, 1024): ["push split=1 chunk=1024 warps=1"]}  # push_warps of a queued grid
     selects = [name for (split, chunk), more in queued.items() for name in (f"stock top-16 split={split} chunk={chunk}", f"push split={split} chunk={chunk}", *more)]
-    assert names == ["q exchange", "merge", "compact table", "q to tile", *selects, "push warp select columns=512"]
+    assert names == ["q exchange", "merge", "compact table", "q to tile", *selects, "push warp select columns=512", "push two-level warp select columns=2048"]
 
 
 def test_register_cap_spills_nothing():
@@ -89,7 +89,8 @@ def test_bench_report_prints_every_section():
         "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "us": 5.0},
                    {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "us": 13.0}],  # fmt: skip
         "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1, "push_merge_us": 8.6},
-                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0}],  # fmt: skip
+                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0},
+                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "warp_select": 1024, "shape": [1024, 128, 8, 4], "us": 12.0, "push_merge_us": 15.0}],  # fmt: skip
         "world": 2,
         "layers": [layer],
     }
@@ -98,6 +99,7 @@ def test_bench_report_prints_every_section():
     text = out.getvalue()
     assert "0.75x" in text and "     7.0     6.5 " in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
     assert "1024 programs, 1 warps, one chunk: push 6.1, + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4, + merge" in text
+    assert "1 warps, 1024 groups, warp select: push 12.0" in text
 
 
 def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():

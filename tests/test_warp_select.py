@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, batcher_pairs, warp_selects, warp_top16_asm
+from fast.select_shape import PUSH_GROUP, SelectShape
+from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, WIDE_MAX_KEYS, WIDE_PER_SM, batcher_pairs, warp_select_keys, warp_top16_asm
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 LANES = 32
@@ -157,11 +158,17 @@ def test_batcher_network_sorts_every_01_input(n):
         assert v == sorted(bits, reverse=True)
 
 
-def test_push_uses_the_block_for_one_warp_one_chunk_rows_of_512_to_1024_columns():
-    assert warp_selects(1, 1, MIN_COLUMNS, 1024) and warp_selects(1, 1, MAX_COLUMNS, 1024)
-    assert not warp_selects(1, 1, 256, 1024)  # tl.topk as fast there
-    assert not warp_selects(4, 1, 512, 1024)  # four warps: not one warp's lanes
-    assert not warp_selects(1, 2, 512, 1024)  # a split row merges its slices' keys
-    assert not warp_selects(1, 1, 2048, 1024)  # three levels
+def test_push_gives_the_block_512_to_1024_keys_of_a_whole_row():
+    one_chunk, sms, queued = SelectShape.for_width(1000), 132, WIDE_PER_SM * 132
+    assert warp_select_keys(1, MIN_COLUMNS, one_chunk, 1, sms) == MIN_COLUMNS and warp_select_keys(1, MAX_COLUMNS, one_chunk, 1, sms) == MAX_COLUMNS
+    assert warp_select_keys(1, 256, one_chunk, queued, sms) == 0  # tl.topk as fast there
+    assert warp_select_keys(2, 512, one_chunk, queued, sms) == 0  # a split row merges its slices' keys
+    # Wider rows: their groups' keys (the CP push's groups of PUSH_GROUP columns), only
+    # up to WIDE_MAX_KEYS of them and on a deep queue of programs.
+    wide = SelectShape.for_width(2047, group=PUSH_GROUP)
+    assert warp_select_keys(1, 2048, wide, queued, sms) == WIDE_MAX_KEYS == 512
+    assert warp_select_keys(1, 2048, wide, queued - 1, sms) == 0  # one warp's latency shows
+    assert warp_select_keys(1, 4096, SelectShape.for_width(4095, group=PUSH_GROUP), queued, sms) == 0  # 1024 groups: not faster
+    assert warp_select_keys(1, 1024, SelectShape.for_width(1023, max_chunk=512, group=PUSH_GROUP), queued, sms) == 0  # 256 groups
     with pytest.raises(ValueError, match="keys per lane"):
         warp_top16_asm(64)
