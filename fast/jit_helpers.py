@@ -206,8 +206,9 @@ def warp_groups_top16(
     leaves the 16 group keys at slots in its lanes' registers: they pass through
     ``scratch`` (16 int64 of this program's own) to become one block of 16.
 
-    (The three levels of ``top16``, on two warps, took 18.5 µs for 1024 rows of 4096
-    columns: three dependent ``tl.topk``; fast/PERF.md, tenth session.)"""
+    (1024 rows of 2048 columns: 9.4-9.9 µs against 13.6-14.0 for ``top16``'s three
+    dependent ``tl.topk`` on two warps; fast/PERF.md, tenth session. The push uses it where
+    it measured faster: ``warp_select.warp_select_keys``.)"""
     g = tl.arange(0, GROUPS)
     # A group's best, one member column at a time: a [GROUPS, GROUP] load keeps the whole
     # row live in registers next to the block's (1024 groups of 4: 255 registers, spilled).
