@@ -191,5 +191,5 @@ def warp_top16_constraints(keys: int) -> str:
 def warp_asm_options(keys: int) -> dict:
     """push_kernel's WARP_SELECT / WARP_ASM / WARP_CONSTRAINTS for a one-warp select of
     ``keys`` keys (``warp_select_keys``)."""
-    keys = keys // 32
-    return {"WARP_SELECT": True, "WARP_ASM": warp_top16_asm(keys), "WARP_CONSTRAINTS": warp_top16_constraints(keys)}
+    per_lane = keys // 32
+    return {"WARP_SELECT": True, "WARP_ASM": warp_top16_asm(per_lane), "WARP_CONSTRAINTS": warp_top16_constraints(per_lane)}
