@@ -198,24 +198,32 @@ def warp_groups_top16(
     CONSTRAINTS: tl.constexpr,
     SORT: tl.constexpr,
 ):
-    """The 16 largest KEY_EXACT keys of columns ``j < n`` of a row of GROUPS x GROUP columns,
-    descending, on one warp (GPUs), in two levels: the 16 groups of GROUP consecutive
-    columns with the largest stand-in keys (``_group_keys``), selected by
+    """The 16 largest KEY_EXACT keys of columns ``j < n`` of a row of GROUPS x GROUP columns
+    (GROUP 4 or 8), descending, on one warp (GPUs), in two levels: the 16 groups of GROUP
+    consecutive columns with the largest stand-in keys (``_group_keys``), selected by
     ``warp_select``'s PTX block (ASM, CONSTRAINTS: ``warp_asm_options(GROUPS)``), then the
     best 16 of their members (16 x GROUP keys). Exact as ``top16``'s levels are. The block
     leaves the 16 group keys at slots in its lanes' registers: they pass through
     ``scratch`` (16 int64 of this program's own) to become one block of 16.
 
-    (1024 rows of 2048 columns: 9.4-9.9 µs against 13.6-14.0 for ``top16``'s three
-    dependent ``tl.topk`` on two warps; fast/PERF.md, tenth session. The push uses it where
-    it measured faster: ``warp_select.warp_select_keys``.)"""
+    (1024 rows of 2048 / 4096 columns: 8.8-8.9 / 10.4 µs against 13.5-13.6 / 18.1-18.2 for
+    ``top16``'s three dependent ``tl.topk`` on two warps; fast/PERF.md, eleventh session.)"""
+    tl.static_assert(GROUP == 4 or GROUP == 8, "groups of 4 or 8 columns (warp_select.WIDE_MAX_GROUP)")
     g = tl.arange(0, GROUPS)
-    # A group's best, one member column at a time: a [GROUPS, GROUP] load keeps the whole
-    # row live in registers next to the block's (1024 groups of 4: 255 registers, spilled).
-    top = _rank_values(row_ptr, g * GROUP, n, KEY_EXACT)
-    for m in tl.static_range(1, GROUP):
-        top = tl.maximum(top, _rank_values(row_ptr, g * GROUP + m, n, KEY_EXACT))
-    keys = _group_keys(top, g * GROUP, n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+    # The groups' maxima as one tree over the members' loads, all independent, so the row's
+    # loads are in flight together. Member by member (a running maximum) ptxas kept only a
+    # few loads ahead: 4096 columns took 18-19 µs, not 10 (L2 round trips one after another).
+    # One [GROUPS, GROUP] block instead: 255 registers and spills.
+    first = g * GROUP
+    a = tl.maximum(_rank_values(row_ptr, first, n, KEY_EXACT), _rank_values(row_ptr, first + 1, n, KEY_EXACT))
+    b = tl.maximum(_rank_values(row_ptr, first + 2, n, KEY_EXACT), _rank_values(row_ptr, first + 3, n, KEY_EXACT))
+    if GROUP == 8:
+        c = tl.maximum(_rank_values(row_ptr, first + 4, n, KEY_EXACT), _rank_values(row_ptr, first + 5, n, KEY_EXACT))
+        d = tl.maximum(_rank_values(row_ptr, first + 6, n, KEY_EXACT), _rank_values(row_ptr, first + 7, n, KEY_EXACT))
+        a = tl.maximum(a, c)
+        b = tl.maximum(b, d)
+    top = tl.maximum(a, b)
+    keys = _group_keys(top, first, n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
     # Not pure: its shuffles need the whole warp, so the block must stay where it is.
     out, fill = tl.inline_asm_elementwise(ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=GROUPS // 32)
     store_warp_slots(out, fill, scratch)

@@ -89,12 +89,12 @@ def compile_kernels() -> list[str]:
     row (1024 columns: the three-level select unsplit at a chunk of 512, single selects of
     256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
     warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
-    select, and that select at 512 columns), the q exchange, the merge, the compact table
-    and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
+    select, and that select at 512 columns and in two levels at 2048 and 4096), the q
+    exchange, the merge, the compact table and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_warps
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
-    from .warp_select import WIDE_PER_SM, warp_asm_options, warp_select_keys
+    from .warp_select import warp_asm_options, warp_select_keys, wide_group
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [
@@ -117,16 +117,19 @@ def compile_kernels() -> list[str]:
             (f"push split={split} chunk={shape.chunk}", push_kernel, push_args, push),
         ]  # fmt: skip
         if split == 1:
-            keys = warp_select_keys(split, 1024, shape, QUEUED_PER_SM, 1)
+            keys = warp_select_keys(split, 1024, shape)
             queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk or keys > 0, 1)
             push_queued = push | (warp_asm_options(keys) if keys and queued == 1 else {})
             kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued))
     # The warp select's other uses: 512 columns (16 keys a lane; 32 above), and the two
-    # levels of a 2048-column row (512 group keys: a CP = 2 rank's row at 512K).
-    for name, columns, shape in (("push warp select columns=512", 512, SelectShape.for_width(512)),
-                                 ("push two-level warp select columns=2048", 2048, SelectShape.for_width(2047, group=PUSH_GROUP))):  # fmt: skip
-        select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}
-        keys = warp_select_keys(1, columns, shape, WIDE_PER_SM, 1)
+    # levels of 2048- and 4096-column rows (512 group keys of 4 and 8 columns: a CP = 2
+    # rank's row at 512K and 1M).
+    for columns in (512, 2048, 4096):
+        shape = SelectShape.for_width(columns - 1, group=PUSH_GROUP)  # the push ranks W - 1 columns
+        keys = warp_select_keys(1, columns, shape)
+        group = wide_group(columns, keys) if columns > shape.chunk else shape.group
+        name = f"push {'two-level ' if columns > shape.chunk else ''}warp select columns={columns}"
+        select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": group, "SORT": True}
         kernels.append((name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1))
     lines = []
     for name, fn, args, constexprs, *warps in kernels:

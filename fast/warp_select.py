@@ -37,31 +37,37 @@ MIN_COLUMNS = 512
 MAX_COLUMNS = 1024  # 32 keys per lane: the block's registers (~170) still fit one warp
 
 
-# Rows wider than a chunk (two levels, warp_groups_top16): at most this many group keys, on
-# at least WIDE_PER_SM programs per SM. Measured (fast/PERF.md, tenth session; the push alone,
-# µs, two levels on one warp / top16's three on two): 2048 columns (512 group keys), 1024
-# programs: 9.4-9.9 / 13.6-14.0; 4096 columns (1024 group keys): 1024 programs 17.0-18.3 /
-# 18.3-18.4, 768 programs 16.9-18.1 / 14.9, 528 programs 15.9-16.0 / 11.2-11.5 — one warp's
-# latency shows once fewer programs queue. 2048 columns on fewer programs: not measured.
+# Rows wider than a chunk (two levels, warp_groups_top16): WIDE_MAX_KEYS group keys (wider
+# rows take wider groups, up to WIDE_MAX_GROUP columns: warp_groups_top16 loads a group's
+# members as one tree). Measured (fast/PERF.md, eleventh session; the push alone, µs, two
+# levels on one warp / top16's three on two): 4096 columns in 512 groups of 8, 1024 / 768 /
+# 528 programs 10.4 / 9.8 / 8.3 against 18.1 / 14.7 / 11.2; 2048 columns in groups of 4,
+# 8.9 / - / 7.8 against 13.6 / - / 8.4 — on every queue that runs one warp (push_warps).
+# (Groups of 4 at 4096 columns, 1024 keys, 32 a lane: no faster than three levels.)
 WIDE_MAX_KEYS = 512
-WIDE_PER_SM = 7
+WIDE_MAX_GROUP = 8
 
 
-def warp_select_keys(split: int, columns: int, shape, programs: int, sms: int) -> int:
+def warp_select_keys(split: int, columns: int, shape) -> int:
     """Keys a push program's row gives the PTX block (on a GPU, where the program is one
-    warp), or 0 where the push keeps ``tl.topk``: a row of one program (split 1) and
-    MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk (``shape``: its
-    ``SelectShape``), else its groups' stand-in keys (columns / shape.group:
-    ``jit_helpers.warp_groups_top16``, two levels where ``top16`` takes three), for a
-    wider row only up to WIDE_MAX_KEYS of them and where the grid's ``programs`` give
-    ``sms`` SMs WIDE_PER_SM each."""
+    warp: ``select_shape.push_warps``), or 0 where the push keeps ``tl.topk``: a row of one
+    program (split 1) and MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk
+    (``shape``: its ``SelectShape``), else its groups' stand-in keys
+    (``jit_helpers.warp_groups_top16``, two levels where ``top16`` takes three): one per
+    ``shape.group`` columns, or WIDE_MAX_KEYS of wider groups (``wide_group``)."""
     if columns <= shape.chunk:
         keys = columns
     else:
-        keys = columns // shape.group
-        if keys > WIDE_MAX_KEYS or programs < WIDE_PER_SM * sms:
+        keys = min(columns // shape.group, WIDE_MAX_KEYS)
+        if wide_group(columns, keys) > WIDE_MAX_GROUP:
             return 0
     return keys if split == 1 and MIN_COLUMNS <= keys <= MAX_COLUMNS else 0
+
+
+def wide_group(columns: int, keys: int) -> int:
+    """Columns per group of a row wider than a chunk whose ``keys`` group keys go to the
+    block (``warp_select_keys``): 4 at 2048 columns, 8 at 4096."""
+    return columns // keys
 
 
 def batcher_pairs(n: int) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from fast.cp import IndexerDecodeCP, PeerTimeoutError
 from fast.cp_kernels import _push_warp_top16, compact_table_kernel
 from fast.jit_helpers import ERR_Q_TIMEOUT, KEY_EXACT, fmaf, top16
 from fast.scorer import score_pages
-from fast.select_shape import SelectShape
+from fast.select_shape import QUEUED_PER_SM, SelectShape
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
 from fast.warp_select import warp_asm_options
@@ -246,7 +246,7 @@ def test_warp_select_block_on_drawn_tie_structures(columns, valid, above, tied, 
 
 
 def test_push_warps_policy():
-    from fast.select_shape import QUEUED_PER_SM, push_warps
+    from fast.select_shape import push_warps
 
     assert push_warps(QUEUED_PER_SM * 132, True, 132) == 1  # a queue of one-chunk selects per SM
     assert push_warps(QUEUED_PER_SM * 132 - 1, True, 132) == 4  # latency-bound: four warps
@@ -265,7 +265,7 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     """Enough rows x heads that the push runs on fewer warps (push_warps): the whole CP
     protocol with one rank still equals the reference, massive ties included."""
     from fast.backend import sm_count
-    from fast.select_shape import QUEUED_PER_SM, push_warps
+    from fast.select_shape import push_warps
 
     heads, query_len = 4, 4
     batch = -(-QUEUED_PER_SM * sm_count(str(DEV)) // (heads * query_len))
@@ -287,19 +287,19 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
 
 @pytest.mark.gpu  # the PTX block: GPUs only
 @pytest.mark.parametrize("pattern", ["random", "ties", "few groups"])
-def test_queued_wide_push_selects_in_two_levels(pattern):
-    """Rows of 2048 columns (a CP = 2 rank's at 512K), queued deep on every SM: the push's
-    two levels on one warp (warp_groups_top16: the block over the 512 groups' keys, then
-    tl.topk over the best 16 groups' members) store each row's exact top 16 keys, as a set,
-    in the owner's slots. The scores go in directly: the reference's scorer over
-    2048-page rows would take minutes on the CPU. "ties": scores of four values, so groups
-    tie at their maxima and keys at their scores; "few groups": rows whose history holds
-    fewer than 16 groups."""
+@pytest.mark.parametrize("columns", [2048, 4096])
+def test_queued_wide_push_selects_in_two_levels(pattern, columns):
+    """Rows of 2048 and 4096 columns (a CP = 2 rank's at 512K and 1M), queued on every SM
+    (one warp a program): the push's two levels on one warp (warp_groups_top16: the block over 512 groups'
+    keys, groups of 4 and 8 columns, then tl.topk over the best 16 groups' members) store
+    each row's exact top 16 keys, as a set, in the owner's slots. The scores go in
+    directly: the reference's scorer over such rows would take minutes on the CPU.
+    "ties": scores of four values, so groups tie at their maxima and keys at their scores;
+    "few groups": rows whose history holds fewer than 16 groups."""
     from fast.backend import sm_count
-    from fast.warp_select import WIDE_PER_SM
 
-    heads, query_len, columns = 4, 4, 2048
-    batch = -(-WIDE_PER_SM * sm_count(str(DEV)) // (heads * query_len))
+    heads, query_len = 4, 4
+    batch = -(-QUEUED_PER_SM * sm_count(str(DEV)) // (heads * query_len))
     gen = torch.Generator().manual_seed(columns)
     high = 20 * PAGE if pattern == "few groups" else columns * PAGE
     lens = torch.randint(17 * PAGE, high, (batch,), generator=gen, dtype=torch.int32)
@@ -308,7 +308,7 @@ def test_queued_wide_push_selects_in_two_levels(pattern):
     layer = state.new_layer()
     plan = state.plan(on(torch.zeros(batch, columns, dtype=torch.int32)), on(lens))
     split_plan = state._split(batch * query_len)
-    assert state._push_plan(batch * query_len, split_plan) == (1, columns // 4)
+    assert state._push_plan(batch * query_len, split_plan) == (1, 512)
     scores = torch.randn(plan.scores.shape, generator=gen)
     if pattern == "ties":
         scores = scores.round().clamp(-1, 2)

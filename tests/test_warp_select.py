@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fast.select_shape import PUSH_GROUP, SelectShape
-from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, WIDE_MAX_KEYS, WIDE_PER_SM, batcher_pairs, warp_select_keys, warp_top16_asm
+from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, WIDE_MAX_GROUP, WIDE_MAX_KEYS, batcher_pairs, warp_select_keys, warp_top16_asm, wide_group
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 LANES = 32
@@ -159,16 +159,15 @@ def test_batcher_network_sorts_every_01_input(n):
 
 
 def test_push_gives_the_block_512_to_1024_keys_of_a_whole_row():
-    one_chunk, sms, queued = SelectShape.for_width(1000), 132, WIDE_PER_SM * 132
-    assert warp_select_keys(1, MIN_COLUMNS, one_chunk, 1, sms) == MIN_COLUMNS and warp_select_keys(1, MAX_COLUMNS, one_chunk, 1, sms) == MAX_COLUMNS
-    assert warp_select_keys(1, 256, one_chunk, queued, sms) == 0  # tl.topk as fast there
-    assert warp_select_keys(2, 512, one_chunk, queued, sms) == 0  # a split row merges its slices' keys
-    # Wider rows: their groups' keys (the CP push's groups of PUSH_GROUP columns), only
-    # up to WIDE_MAX_KEYS of them and on a deep queue of programs.
-    wide = SelectShape.for_width(2047, group=PUSH_GROUP)
-    assert warp_select_keys(1, 2048, wide, queued, sms) == WIDE_MAX_KEYS == 512
-    assert warp_select_keys(1, 2048, wide, queued - 1, sms) == 0  # one warp's latency shows
-    assert warp_select_keys(1, 4096, SelectShape.for_width(4095, group=PUSH_GROUP), queued, sms) == 0  # 1024 groups: not faster
-    assert warp_select_keys(1, 1024, SelectShape.for_width(1023, max_chunk=512, group=PUSH_GROUP), queued, sms) == 0  # 256 groups
+    one_chunk = SelectShape.for_width(1000)
+    assert warp_select_keys(1, MIN_COLUMNS, one_chunk) == MIN_COLUMNS and warp_select_keys(1, MAX_COLUMNS, one_chunk) == MAX_COLUMNS
+    assert warp_select_keys(1, 256, one_chunk) == 0  # tl.topk as fast there
+    assert warp_select_keys(2, 512, one_chunk) == 0  # a split row merges its slices' keys
+    # Wider rows: their groups' keys (the CP push's groups of PUSH_GROUP columns, or
+    # WIDE_MAX_KEYS groups of up to WIDE_MAX_GROUP columns).
+    assert warp_select_keys(1, 2048, SelectShape.for_width(2047, group=PUSH_GROUP)) == WIDE_MAX_KEYS == 512 and wide_group(2048, 512) == PUSH_GROUP
+    assert warp_select_keys(1, 4096, SelectShape.for_width(4095, group=PUSH_GROUP)) == 512 and wide_group(4096, 512) == WIDE_MAX_GROUP == 8
+    assert warp_select_keys(1, 8192, SelectShape.for_width(8191, group=PUSH_GROUP)) == 0  # groups of 16 (CP = 1 only)
+    assert warp_select_keys(1, 1024, SelectShape.for_width(1023, max_chunk=512, group=PUSH_GROUP)) == 0  # 256 groups
     with pytest.raises(ValueError, match="keys per lane"):
         warp_top16_asm(64)
