@@ -118,7 +118,7 @@ def compile_kernels() -> list[str]:
         ]  # fmt: skip
         if split == 1:
             keys = warp_select_keys(split, 1024, shape)
-            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk or keys > 0, 1)
+            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk or keys > 0, 1, keys > 0)
             push_queued = push | (warp_asm_options(keys) if keys and queued == 1 else {})
             kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued))
     # The warp select's other uses: 512 columns (16 keys a lane; 32 above), and the two

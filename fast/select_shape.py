@@ -95,11 +95,13 @@ def release_select(programs: int) -> bool:
     return programs <= RELEASE_PROGRAMS
 
 
-def push_warps(programs: int, one_warp: bool, sms: int) -> int:
+def push_warps(programs: int, one_warp: bool, sms: int, warp_select: bool = False) -> int:
     """Warps per program of the CP push (``cp_kernels.push_kernel``): 4 while there are
     fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 where
     ``one_warp`` (a one-chunk select, or two levels through ``warp_select``'s block) and 2
-    for a three-level select (throughput counts).
+    for a three-level select (throughput counts). A row that goes to ``warp_select``'s
+    PTX block (``warp_select``: a GPU's row of 512-1024 keys) runs on one warp as soon as
+    the grid has more programs than SMs.
 
     One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
     barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
@@ -107,7 +109,14 @@ def push_warps(programs: int, one_warp: bool, sms: int) -> int:
     on two. Measured (fast/PERF.md, eighth session; the push alone, µs, 4 / 2 / 1 warps):
     1024 programs of 512 columns 9.4 / 11.1 / 6.1, of 128 columns 3.8 / 3.4 / 3.1, of 32
     columns 3.2 / 2.6 / 2.7; 128 programs of 512 columns 3.3 / 5.0 / 5.6; 1024 three-level
-    selects of 4096 columns (128 x 8 x 4) 22.5 / 18.4 / -, 128 of them 7.0 / 8.1 / -."""
+    selects of 4096 columns (128 x 8 x 4) 22.5 / 18.4 / -, 128 of them 7.0 / 8.1 / -. The
+    PTX block on one warp against four warps' tl.topk (eleventh session; the push alone,
+    µs, 1 / 4 warps): 512 / 384 / 256 programs of 512 columns 3.8 / 3.8 / 3.7 against
+    6.3 / 5.4 / 4.4, of 4096 columns (two levels against three) 8.2 / 7.8 / 7.8 against
+    13.6 / 11.0 / 8.8, 512 / 256 of 2048 columns 7.5 / 7.4 against 10.9 / 7.4; 128 of 512
+    columns 4.65 against 2.67 (ninth session, a throwaway micro-benchmark)."""
+    if warp_select and programs > sms:
+        return 1
     if programs < QUEUED_PER_SM * sms:
         return 4
     return 1 if one_warp else 2

@@ -45,7 +45,8 @@ def test_decode_kernels_compile_for_sm90():
     names = [line.split(":")[0] for line in done.stdout.splitlines()]
     queued = {(1, 512): ["push split=1 chunk=512 warps=2"], (4, 256): [], (1, 1024): ["push split=1 chunk=1024 warps=1"]}  # push_warps of a queued grid
     selects = [name for (split, chunk), more in queued.items() for name in (f"stock top-16 split={split} chunk={chunk}", f"push split={split} chunk={chunk}", *more)]
-    assert names == ["q exchange", "merge", "compact table", "q to tile", *selects, "push warp select columns=512", "push two-level warp select columns=2048"]
+    assert names == ["q exchange", "merge", "compact table", "q to tile", *selects, "push warp select columns=512", "push two-level warp select columns=2048",
+                     "push two-level warp select columns=4096"]
 
 
 def test_register_cap_spills_nothing():
