@@ -21,6 +21,7 @@ SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/P
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
 QUEUED_PER_SM = 4  # fewest programs per SM of a CP push that runs on fewer warps (push_warps)
+WARP_SELECT_PER_SM = 2  # the same for a push through warp_select's PTX block (push_warps)
 PUSH_GROUP = 4  # columns per group of the CP push's last level (SelectShape.for_width)
 
 
@@ -100,8 +101,8 @@ def push_warps(programs: int, one_warp: bool, sms: int, warp_select: bool = Fals
     fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 where
     ``one_warp`` (a one-chunk select, or two levels through ``warp_select``'s block) and 2
     for a three-level select (throughput counts). A row that goes to ``warp_select``'s
-    PTX block (``warp_select``: a GPU's row of 512-1024 keys) runs on one warp as soon as
-    the grid has more programs than SMs.
+    PTX block (``warp_select``: a GPU's row of 512-1024 keys) runs on one warp from
+    WARP_SELECT_PER_SM programs per SM.
 
     One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
     barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
@@ -114,8 +115,10 @@ def push_warps(programs: int, one_warp: bool, sms: int, warp_select: bool = Fals
     µs, 1 / 4 warps): 512 / 384 / 256 programs of 512 columns 3.8 / 3.8 / 3.7 against
     6.3 / 5.4 / 4.4, of 4096 columns (two levels against three) 8.2 / 7.8 / 7.8 against
     13.6 / 11.0 / 8.8, 512 / 256 of 2048 columns 7.5 / 7.4 against 10.9 / 7.4; 128 of 512
-    columns 4.65 against 2.67 (ninth session, a throwaway micro-benchmark)."""
-    if warp_select and programs > sms:
+    columns 4.65 against 2.67 (ninth session, a throwaway micro-benchmark). At 256 programs
+    on 132 SMs the layers disagreed with the push alone (stages at batch 64, q 1, one warp
+    / four: 128K 9.1 / 8.6, 512K 12.9 / 10.9, 1M 12.8 / 14.2, two runs), so it starts at 2."""
+    if warp_select and programs >= WARP_SELECT_PER_SM * sms:
         return 1
     if programs < QUEUED_PER_SM * sms:
         return 4

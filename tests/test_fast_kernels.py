@@ -246,15 +246,16 @@ def test_warp_select_block_on_drawn_tie_structures(columns, valid, above, tied, 
 
 
 def test_push_warps_policy():
-    from fast.select_shape import push_warps
+    from fast.select_shape import WARP_SELECT_PER_SM, push_warps
 
     assert push_warps(QUEUED_PER_SM * 132, True, 132) == 1  # a queue of one-chunk selects per SM
     assert push_warps(QUEUED_PER_SM * 132 - 1, True, 132) == 4  # latency-bound: four warps
     assert push_warps(QUEUED_PER_SM * 132, False, 132) == 2  # a queue of three-level selects
     assert push_warps(QUEUED_PER_SM * 132 - 1, False, 132) == 4
     assert push_warps(1, True, 0) == 1  # the interpreter (no SMs): any warps, one chunk -> 1
-    # warp_select's PTX block: one warp once there are more programs than SMs
-    assert push_warps(133, True, 132, warp_select=True) == 1 and push_warps(132, True, 132, warp_select=True) == 4
+    # warp_select's PTX block: one warp from WARP_SELECT_PER_SM programs per SM
+    assert push_warps(WARP_SELECT_PER_SM * 132, True, 132, warp_select=True) == 1
+    assert push_warps(WARP_SELECT_PER_SM * 132 - 1, True, 132, warp_select=True) == 4
 
 
 @pytest.mark.gpu  # the interpreter runs any warps alike
@@ -270,7 +271,7 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     from fast.select_shape import push_warps
 
     heads, query_len = 4, 4
-    batch = sm_count(str(DEV)) // (heads * query_len) + 1
+    batch = -(-QUEUED_PER_SM * sm_count(str(DEV)) // (heads * query_len))
     one_chunk = max_chunk == 1024  # rows of 17-1000 pages: < 1024 columns, > 16
     assert push_warps(batch * query_len * heads, one_chunk, sm_count(str(DEV))) == (1 if one_chunk else 2)
     gen = torch.Generator().manual_seed(3)
@@ -291,18 +292,19 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
 @pytest.mark.parametrize("pattern", ["random", "ties", "few groups"])
 @pytest.mark.parametrize("columns", [2048, 4096])
 def test_queued_wide_push_selects_in_two_levels(pattern, columns):
-    """Rows of 2048 and 4096 columns (a CP = 2 rank's at 512K and 1M), a few more programs
-    than SMs (one warp a program: push_warps): the push's two levels on one warp
+    """Rows of 2048 and 4096 columns (a CP = 2 rank's at 512K and 1M), on the shallowest
+    queue that runs them on one warp (push_warps): the push's two levels on one warp
     (warp_groups_top16: the block over 512 groups' keys, groups of 4 and 8 columns, then
     tl.topk over the best 16 groups' members) store each row's exact top 16 keys, as a
-    set, in the owner's slots. The scores go in
-    directly: the reference's scorer over such rows would take minutes on the CPU.
-    "ties": scores of four values, so groups tie at their maxima and keys at their scores;
-    "few groups": rows whose history holds fewer than 16 groups."""
+    set, in the owner's slots. The scores go in directly: the reference's scorer over
+    such rows would take minutes on the CPU. "ties": scores of four values, so groups tie
+    at their maxima and keys at their scores; "few groups": rows whose history holds
+    fewer than 16 groups."""
     from fast.backend import sm_count
+    from fast.select_shape import WARP_SELECT_PER_SM
 
     heads, query_len = 4, 4
-    batch = sm_count(str(DEV)) // (heads * query_len) + 1
+    batch = -(-WARP_SELECT_PER_SM * sm_count(str(DEV)) // (heads * query_len))
     gen = torch.Generator().manual_seed(columns)
     high = 20 * PAGE if pattern == "few groups" else columns * PAGE
     lens = torch.randint(17 * PAGE, high, (batch,), generator=gen, dtype=torch.int32)
