@@ -23,7 +23,7 @@ from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor
-from .warp_select import warp_asm_options, warp_select_keys, wide_group
+from .warp_select import push_group, warp_asm_options, warp_select_keys
 
 log = logging.getLogger(__name__)
 
@@ -256,13 +256,11 @@ class IndexerDecodeCP:
         split, columns, s = split_plan
         rows = plan.batch * query_len
         warps, keys = self._push_plan(rows, split_plan)
-        # Two levels on one warp (a row wider than a chunk) take groups of their own width.
-        group = wide_group(columns, keys) if keys and columns > s.chunk else s.group
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
-            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=group, SORT=self.device.type == "cuda",
+            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=push_group(columns, keys, s), SORT=self.device.type == "cuda",
             num_warps=warps, **(warp_asm_options(keys) if keys else {}),
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip

@@ -180,7 +180,7 @@ def push_kernel(
     CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice (the row if SPLIT 1)
     SUPERS: tl.constexpr,
     PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,  # (the two levels on one warp: SLICE / GROUP group keys, warp_select.wide_group)
+    GROUP: tl.constexpr,  # (the two levels on one warp: SLICE / GROUP group keys, warp_select.push_group)
     SORT: tl.constexpr,
     PDL: tl.constexpr,
     WARP_SELECT: tl.constexpr = False,  # one warp, a program a row: warp_select's PTX block

@@ -94,7 +94,7 @@ def compile_kernels() -> list[str]:
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_warps
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
-    from .warp_select import warp_asm_options, warp_select_keys, wide_group
+    from .warp_select import push_group, warp_asm_options, warp_select_keys
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [
@@ -127,9 +127,8 @@ def compile_kernels() -> list[str]:
     for columns in (512, 2048, 4096):
         shape = SelectShape.for_width(columns - 1, group=PUSH_GROUP)  # the push ranks W - 1 columns
         keys = warp_select_keys(1, columns, shape)
-        group = wide_group(columns, keys) if columns > shape.chunk else shape.group
         name = f"push {'two-level ' if columns > shape.chunk else ''}warp select columns={columns}"
-        select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": group, "SORT": True}
+        select = {"SPLIT": 1, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": push_group(columns, keys, shape), "SORT": True}
         kernels.append((name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1))
     lines = []
     for name, fn, args, constexprs, *warps in kernels:

@@ -54,20 +54,22 @@ def warp_select_keys(split: int, columns: int, shape) -> int:
     program (split 1) and MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk
     (``shape``: its ``SelectShape``), else its groups' stand-in keys
     (``jit_helpers.warp_groups_top16``, two levels where ``top16`` takes three): one per
-    ``shape.group`` columns, or WIDE_MAX_KEYS of wider groups (``wide_group``)."""
+    ``shape.group`` columns, or WIDE_MAX_KEYS of wider groups (``push_group``)."""
     if columns <= shape.chunk:
         keys = columns
     else:
         keys = min(columns // shape.group, WIDE_MAX_KEYS)
-        if wide_group(columns, keys) > WIDE_MAX_GROUP:
+        if columns // keys > WIDE_MAX_GROUP:
             return 0
     return keys if split == 1 and MIN_COLUMNS <= keys <= MAX_COLUMNS else 0
 
 
-def wide_group(columns: int, keys: int) -> int:
-    """Columns per group of a row wider than a chunk whose ``keys`` group keys go to the
-    block (``warp_select_keys``): 4 at 2048 columns, 8 at 4096."""
-    return columns // keys
+def push_group(columns: int, keys: int, shape) -> int:
+    """The push's GROUP for rows of ``columns`` columns whose select is ``shape`` and whose
+    block takes ``keys`` keys (``warp_select_keys``; 0: none): a row wider than a chunk in
+    two levels on one warp takes groups of columns / keys (4 at 2048 columns, 8 at 4096),
+    every other row its shape's."""
+    return columns // keys if keys and columns > shape.chunk else shape.group
 
 
 def batcher_pairs(n: int) -> list[tuple[int, int]]:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fast.select_shape import PUSH_GROUP, SelectShape
-from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, WIDE_MAX_GROUP, WIDE_MAX_KEYS, batcher_pairs, warp_select_keys, warp_top16_asm, wide_group
+from fast.warp_select import MAX_COLUMNS, MIN_COLUMNS, WIDE_MAX_GROUP, WIDE_MAX_KEYS, batcher_pairs, push_group, warp_select_keys, warp_top16_asm
 
 M32, M64 = (1 << 32) - 1, (1 << 64) - 1
 LANES = 32
@@ -165,8 +165,10 @@ def test_push_gives_the_block_512_to_1024_keys_of_a_whole_row():
     assert warp_select_keys(2, 512, one_chunk) == 0  # a split row merges its slices' keys
     # Wider rows: their groups' keys (the CP push's groups of PUSH_GROUP columns, or
     # WIDE_MAX_KEYS groups of up to WIDE_MAX_GROUP columns).
-    assert warp_select_keys(1, 2048, SelectShape.for_width(2047, group=PUSH_GROUP)) == WIDE_MAX_KEYS == 512 and wide_group(2048, 512) == PUSH_GROUP
-    assert warp_select_keys(1, 4096, SelectShape.for_width(4095, group=PUSH_GROUP)) == 512 and wide_group(4096, 512) == WIDE_MAX_GROUP == 8
+    w2048, w4096 = SelectShape.for_width(2047, group=PUSH_GROUP), SelectShape.for_width(4095, group=PUSH_GROUP)
+    assert warp_select_keys(1, 2048, w2048) == WIDE_MAX_KEYS == 512 and push_group(2048, 512, w2048) == PUSH_GROUP
+    assert warp_select_keys(1, 4096, w4096) == 512 and push_group(4096, 512, w4096) == WIDE_MAX_GROUP == 8
+    assert push_group(4096, 0, w4096) == PUSH_GROUP and push_group(512, 512, one_chunk) == one_chunk.group  # three levels; one chunk
     assert warp_select_keys(1, 8192, SelectShape.for_width(8191, group=PUSH_GROUP)) == 0  # groups of 16 (CP = 1 only)
     assert warp_select_keys(1, 1024, SelectShape.for_width(1023, max_chunk=512, group=PUSH_GROUP)) == 0  # 256 groups
     with pytest.raises(ValueError, match="keys per lane"):
