@@ -286,7 +286,7 @@ class IndexerDecodeCP:
         split, columns, s = split_plan
         programs = rows * self.heads * split
         keys = warp_select_keys(split, columns, s) if self.device.type == "cuda" else 0
-        warps = push_warps(programs, columns <= s.chunk or keys > 0, self._sms, keys > 0)
+        warps = push_warps(programs, columns <= s.chunk, self._sms, keys > 0)
         return warps, keys if warps == 1 else 0
 
     def check(self) -> None:

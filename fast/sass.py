@@ -90,7 +90,8 @@ def compile_kernels() -> list[str]:
     256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
     warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
     select, and that select at 512 columns and in two levels at 2048 and 4096), the q
-    exchange, the merge, the compact table and the q-to-tile copy. One "name: REG:.." line each; raises on a compile error."""
+    exchange, the merge, the compact table and the q-to-tile copy. One "name: REG:.." line
+    each; raises on a compile error."""
     from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
     from .select_shape import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_warps
     from .stock import _q_to_tile_kernel, _stock_topk_kernel
@@ -118,7 +119,7 @@ def compile_kernels() -> list[str]:
         ]  # fmt: skip
         if split == 1:
             keys = warp_select_keys(split, 1024, shape)
-            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk or keys > 0, 1, keys > 0)
+            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk, 1, keys > 0)
             push_queued = push | (warp_asm_options(keys) if keys and queued == 1 else {})
             kernels.append((f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued))
     # The warp select's other uses: 512 columns (16 keys a lane; 32 above), and the two

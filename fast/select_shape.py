@@ -96,13 +96,13 @@ def release_select(programs: int) -> bool:
     return programs <= RELEASE_PROGRAMS
 
 
-def push_warps(programs: int, one_warp: bool, sms: int, warp_select: bool = False) -> int:
-    """Warps per program of the CP push (``cp_kernels.push_kernel``): 4 while there are
-    fewer than QUEUED_PER_SM programs per SM (each select's latency counts), else 1 where
-    ``one_warp`` (a one-chunk select, or two levels through ``warp_select``'s block) and 2
-    for a three-level select (throughput counts). A row that goes to ``warp_select``'s
-    PTX block (``warp_select``: a GPU's row of 512-1024 keys) runs on one warp from
-    WARP_SELECT_PER_SM programs per SM.
+def push_warps(programs: int, one_chunk: bool, sms: int, warp_select: bool = False) -> int:
+    """Warps per program of the CP push (``cp_kernels.push_kernel``): a row that goes to
+    ``warp_select``'s PTX block (``warp_select``: a GPU's row of 512-1024 keys, its
+    columns or its groups') runs on one warp from WARP_SELECT_PER_SM programs per SM;
+    otherwise 4 while there are fewer than QUEUED_PER_SM programs per SM (each select's
+    latency counts), else 1 for a one-chunk select and 2 for a three-level one (throughput
+    counts).
 
     One warp's ``tl.topk`` runs in registers and shuffles, four's through shared memory and
     barriers: one warp is ~2.5x slower alone but ~1.5x the throughput once programs queue
@@ -122,7 +122,7 @@ def push_warps(programs: int, one_warp: bool, sms: int, warp_select: bool = Fals
         return 1
     if programs < QUEUED_PER_SM * sms:
         return 4
-    return 1 if one_warp else 2
+    return 1 if one_chunk else 2
 
 
 def fit_split(split: int, programs: int, width: int) -> int:
