@@ -68,6 +68,14 @@ class _StageClock:
             self.times[stage] = self.times.get(stage, 0.0) + seconds
 
 
+def score_row_stride(width: int) -> int:
+    """Floats between rows of the CP scores of ``width`` columns: a multiple of 4, so every
+    row is 16-byte aligned for the push's 16-byte loads (``jit_helpers._quad_max``), and at
+    least width + 3: a load of the 4 columns from one below the row's bound (< width) reads
+    at most 3 past the row, which stay inside it."""
+    return (width + 3 + 3) // 4 * 4
+
+
 class PeerTimeoutError(RuntimeError):
     """A spin gave up: a peer never delivered its queries or candidates."""
 
@@ -98,7 +106,7 @@ class CPPlan:
     score_lens: torch.Tensor  # int32 [B]
     seq_lens: torch.Tensor  # int32 [B], the real lengths
     n_local: torch.Tensor  # int32 [B]
-    scores: torch.Tensor  # fp32 [B, 8 * H, W]
+    scores: torch.Tensor  # fp32 [B, 8 * H, W], rows of score_row_stride(W) (16-byte aligned, padded)
 
 
 class IndexerDecodeCP:
@@ -175,7 +183,7 @@ class IndexerDecodeCP:
                 score_lens=torch.empty(batch, **i32),
                 seq_lens=torch.empty(batch, **i32),
                 n_local=torch.empty(batch, **i32),
-                scores=torch.empty(batch, SLOTS * self.heads, self.width, device=self.device),
+                scores=torch.empty(batch, SLOTS * self.heads, score_row_stride(self.width), device=self.device)[:, :, : self.width],
             )
         if batch:
             compact_table_kernel[(batch,)](

@@ -206,23 +206,20 @@ def warp_groups_top16(
     leaves the 16 group keys at slots in its lanes' registers: they pass through
     ``scratch`` (16 int64 of this program's own) to become one block of 16.
 
-    (1024 rows of 2048 / 4096 columns: 8.8-8.9 / 10.4 µs against 13.5-13.6 / 18.1-18.2 for
-    ``top16``'s three dependent ``tl.topk`` on two warps; fast/PERF.md, eleventh session.)"""
+    (1024 rows of 2048 / 4096 columns: 7.5-7.8 / 9.9-10.0 µs, 8.7-8.9 / 10.6-10.9 with a
+    scalar load per column, 13.5-13.6 / 18.1-18.2 for ``top16``'s three dependent
+    ``tl.topk`` on two warps; fast/PERF.md, eleventh and twelfth sessions.)"""
     tl.static_assert(GROUP == 4 or GROUP == 8, "groups of 4 or 8 columns (warp_select.WIDE_MAX_GROUP)")
-    g = tl.arange(0, GROUPS)
-    # The groups' maxima as one tree over the members' loads, all independent, so the row's
-    # loads are in flight together. Member by member (a running maximum) ptxas kept only a
-    # few loads ahead: 4096 columns took 18-19 µs, not 10 (L2 round trips one after another).
-    # One [GROUPS, GROUP] block instead: 255 registers and spills.
-    first = g * GROUP
-    a = tl.maximum(_rank_values(row_ptr, first, n, KEY_EXACT), _rank_values(row_ptr, first + 1, n, KEY_EXACT))
-    b = tl.maximum(_rank_values(row_ptr, first + 2, n, KEY_EXACT), _rank_values(row_ptr, first + 3, n, KEY_EXACT))
-    if GROUP == 8:
-        c = tl.maximum(_rank_values(row_ptr, first + 4, n, KEY_EXACT), _rank_values(row_ptr, first + 5, n, KEY_EXACT))
-        d = tl.maximum(_rank_values(row_ptr, first + 6, n, KEY_EXACT), _rank_values(row_ptr, first + 7, n, KEY_EXACT))
-        a = tl.maximum(a, c)
-        b = tl.maximum(b, d)
-    top = tl.maximum(a, b)
+    # Each group's maximum from 16-byte loads of 4 columns (the row 16-byte aligned: the CP
+    # scores' rows, IndexerDecodeCP.plan): a scalar load per column, each lane's stride
+    # a group, asks L2 for every 32-byte sector once per column in it — 8 requests where
+    # one would do. All of a lane's loads are independent, so they are in flight together
+    # (a running maximum over dependent loads kept only a few ahead; one [GROUPS, GROUP]
+    # block instead: 255 registers and spills).
+    first = tl.arange(0, GROUPS) * GROUP
+    top = _quad_max(row_ptr + first, first, n)
+    for q in tl.static_range(4, GROUP, 4):
+        top = tl.maximum(top, _quad_max(row_ptr + first + q, first + q, n))
     keys = _group_keys(top, first, n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
     # Not pure: its shuffles need the whole warp, so the block must stay where it is.
     out, fill = tl.inline_asm_elementwise(ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=GROUPS // 32)
@@ -233,6 +230,28 @@ def warp_groups_top16(
     grp = tl.where(top_g > 0, _column(top_g, CP, RANK) // GROUP, GROUPS)
     cand = row_keys(row_ptr, grp[:, None] * GROUP + tl.arange(0, GROUP)[None, :], n, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
     return select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
+
+
+# Four fp32 words at a 16-byte aligned address where $5 != 0, else zeros: one vector load
+# (Triton vectorizes only what it can prove aligned, and these rows' stride is a value).
+_LOAD_QUAD = tl.constexpr("""{
+.reg .pred p;
+setp.ne.b32 p, $5, 0;
+mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0;
+@p ld.global.v4.b32 {$0, $1, $2, $3}, [$4];
+}""")
+
+
+@triton.jit
+def _quad_max(ptrs, j, n):
+    """The largest ``_rank_values`` (KEY_EXACT) of columns j .. j + 3 at ``ptrs`` (16-byte
+    aligned; any shape), least where j + k >= n; nothing is read where j >= n, and columns
+    from n on may hold any bits."""
+    # Not pure: a pure asm could be hoisted above the wait for the scores' producer.
+    w = tl.inline_asm_elementwise(_LOAD_QUAD, "=r,=r,=r,=r,l,r", [ptrs, (j < n).to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=False, pack=1)
+    a = tl.maximum(tl.where(j < n, _ordered(w[0]), -(2**31)), tl.where(j + 1 < n, _ordered(w[1]), -(2**31)))
+    b = tl.maximum(tl.where(j + 2 < n, _ordered(w[2]), -(2**31)), tl.where(j + 3 < n, _ordered(w[3]), -(2**31)))
+    return tl.maximum(a, b)
 
 
 @triton.jit
@@ -322,10 +341,15 @@ def _rank_values(row_ptr, j, n, KIND: tl.constexpr):
 def _rank(score, KIND: tl.constexpr):
     """``_rank_values`` of loaded fp32 scores, every one taken as valid."""
     if KIND == KEY_EXACT:
-        bits = score.to(tl.int32, bitcast=True)
-        return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        return _ordered(score.to(tl.int32, bitcast=True))
     else:
         return score
+
+
+@triton.jit
+def _ordered(bits):
+    """fp32 bits (int32) -> int32 whose signed order is the floats' total order, -0 below +0."""
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 
 @triton.jit

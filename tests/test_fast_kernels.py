@@ -88,6 +88,18 @@ def test_compact_table_matches_reference_plan(cp, lens, p_table, extra):
         assert torch.equal(got_seq, seq) and torch.equal(got_n.long(), n_local)
 
 
+@pytest.mark.parametrize("pages", [17, 2048, 4095, 8192])
+def test_cp_score_rows_are_aligned_and_padded(pages):
+    """The push's 16-byte loads (jit_helpers._quad_max) need every row of the CP scores
+    16-byte aligned, and a load from any of its W columns inside the row: 3 floats of
+    padding past them (cp.score_row_stride)."""
+    state = IndexerDecodeCP(heads=4, max_reqs=3, symm=SingleRankSymmetric(DEV))
+    plan = state.plan(on(torch.zeros(3, pages, dtype=torch.int32)), on(torch.full((3,), pages * PAGE, dtype=torch.int32)))
+    scores = plan.scores
+    assert scores.data_ptr() % 16 == 0 and scores.stride(0) % 4 == 0 and scores.stride(1) % 4 == 0 and scores.stride(2) == 1
+    assert scores.stride(1) >= scores.shape[2] + 3 and scores.stride(0) == scores.shape[1] * scores.stride(1)
+
+
 @triton.jit
 def _fmaf_kernel(a_ptr, b_ptr, c_ptr, o_ptr, N: tl.constexpr, EMULATE: tl.constexpr):
     i = tl.arange(0, N)

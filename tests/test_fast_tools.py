@@ -117,7 +117,7 @@ def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times
     decode.push(layer, plan, q)
     rows = batch * q  # candidates: [rows_max, heads, 16] (parity 0, CP 1), row b * q + i
     got = layer.recv.local[: batch * 8 * heads * 16].view(batch * 8, heads, 16)[:rows].sort(dim=-1, descending=True).values.cpu()
-    scores = plan.scores.cpu().view(batch, 8, heads, -1)[:, 8 - q :].reshape(rows * heads, -1)  # query i in slot 8 - q + i
+    scores = plan.scores.cpu().reshape(batch, 8, heads, -1)[:, 8 - q :].reshape(rows * heads, -1)  # query i in slot 8 - q + i
     cols = torch.arange(scores.shape[-1])
     want = top_keys(exact_keys(scores, cols, cols < columns - 1), 16)
     assert torch.equal(got.reshape(-1, 16), want)
