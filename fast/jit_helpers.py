@@ -204,7 +204,9 @@ def warp_groups_top16(
     ``warp_select``'s PTX block (ASM, CONSTRAINTS: ``warp_asm_options(GROUPS)``), then the
     best 16 of their members (16 x GROUP keys). Exact as ``top16``'s levels are. The block
     leaves the 16 group keys at slots in its lanes' registers: they pass through
-    ``scratch`` (16 int64 of this program's own) to become one block of 16.
+    ``scratch`` (16 int64 of this program's own) to become one block of 16. ``row_ptr``
+    must be 16-byte aligned with 3 floats readable past any column below n
+    (``cp.score_row_stride``).
 
     (1024 rows of 2048 / 4096 columns: 7.5-7.8 / 9.9-10.0 µs, 8.7-8.9 / 10.6-10.9 with a
     scalar load per column, 13.5-13.6 / 18.1-18.2 for ``top16``'s three dependent
