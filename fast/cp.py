@@ -73,7 +73,7 @@ def score_row_stride(width: int) -> int:
     row is 16-byte aligned for the push's 16-byte loads (``jit_helpers._quad_max``), and at
     least width + 3: a load of the 4 columns from one below the row's bound (< width) reads
     at most 3 past the row, which stay inside it."""
-    return (width + 3 + 3) // 4 * 4
+    return triton.cdiv(width + 3, 4) * 4
 
 
 class PeerTimeoutError(RuntimeError):
