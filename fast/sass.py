@@ -23,7 +23,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, mma_rows, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, mma_rows, partial_maxima, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -55,10 +55,11 @@ def scorer_sass(
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
     if kernel == "wgmma":
-        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False}
+        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False,
+                               "PARTS": partial_maxima(mma_rows(live))}  # fmt: skip
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
-        signature = {k: v for k, v in fields if k != "TOK"} | {"DEPTH": "constexpr", "PREFETCH": "constexpr", "RELEASE": "constexpr"}
+        signature = {k: v for k, v in fields if k != "TOK"} | {k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS")}
         src = GluonASTSource(fn=_score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
         num_warps = 4  # one warpgroup
         if (cap := max_registers(live)) is not None:

@@ -40,6 +40,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.runtime.jit import constexpr_function
 
 from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
 
@@ -63,6 +64,15 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
     while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
         ppp //= 2
     return ppp
+
+
+def partial_maxima(rows: int) -> int:
+    """The partial maxima per page and row the wgmma kernel keeps in shared memory at N =
+    ``rows``: 32 (one per lane row pair of the warpgroup, no shuffle) up to 32 rows; at 64
+    rows 8 (two shuffle rounds a page; a warp's lanes then share one), which was the fastest of
+    32 / 16 / 8 / 4 there (Hs 8, 8 slots: 731 µs against 748 / 749 / 745; at N <= 32 32 was
+    the fastest or tied; fast/PERF.md)."""
+    return 32 if rows <= 32 else 8
 
 
 def max_registers(rows: int) -> int | None:
@@ -164,16 +174,30 @@ def _advance(c0, s0, c1, s1, cn, sn, DEPTH: gl.constexpr):
         return cn, sn, cn, sn
 
 
+@constexpr_function
+def _pow2(n):
+    """The least power of 2 >= n, at compile time (Gluon's tensor shapes are powers of 2)."""
+    return triton.next_power_of_2(n)
+
+
 @gluon.jit
-def _page_max(acc, best, H: gl.constexpr, maxima, i):
+def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
     """Fold block H (0 or 1) of page i into the page's per-token-slot maximum ``best``; after
-    block 1, store each warp's maxima (rows 16 w .. 16 w + 15 are warp w's: no other warp
-    is needed) at ``maxima[i, w, :]``. Returns the running maximum."""
+    block 1, store PARTS partial maxima of every row at ``maxima[i, :PARTS, :]``. Both MMAs
+    give lane (g, t) of warp w the tokens 16 w + g and 16 w + 8 + g, so at PARTS = 32 each
+    thread's maximum of its two is partial maximum 8 w + g and needs no other thread; a
+    smaller PARTS (``partial_maxima``) first folds the g apart by PARTS / 4 (shuffles). The
+    epilogue reduces them once per program, not per page: over the warp's lanes per page (3
+    shuffle rounds) they cost 24 of ~380 instructions a page at 16 rows, 96 at 64
+    (fast/PERF.md). Returns the running maximum."""
     if H == 0:
         best = acc
     else:
         best = gl.maximum(best, acc)
-        maxima.index(i).store(gl.max(gl.reshape(best, [4, 16, best.shape[1]]), axis=1))
+        G: gl.constexpr = PARTS // 4  # the g kept apart
+        # rows 16 w + 8 h + (8 / G) a + c: h is the thread's own, a in other lanes
+        part = gl.max(gl.max(gl.reshape(best, [4, 2, 8 // G, G, best.shape[1]]), axis=1), axis=1)
+        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[1]]))
     return best
 
 
@@ -192,15 +216,16 @@ def _score_kernel_wgmma(
     PDL: gl.constexpr,
     PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
+    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS)
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
     64-token blocks (one wgmma, or one mma.sync per warp at ROWS = 8; the 4 warps hold 16
-    tokens each). Each warp keeps its
-    own maxima of every page in shared memory; one barrier and one cross-warp max per
-    program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
-    instructions at Hs = 4: fast/PERF.md).
+    tokens each). Each thread keeps
+    its own maxima of every page in shared memory; one barrier and one reduction over them
+    per program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
+    instructions at Hs = 4, a cross-lane one per page 6-20%: fast/PERF.md).
 
     Under PDL with RELEASE the kernel lets its dependent (the select) launch at once: its
     launch is then off the critical path, but its programs take the slots the scorer frees
@@ -250,8 +275,9 @@ def _score_kernel_wgmma(
         gl.thread_barrier()
         if ROWS == 8:  # mma.sync takes q from registers: loaded once
             q_regs = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
-        # warp w's maxima of page i at [i, w, :]
-        maxima = gl.allocate_shared_memory(gl.float32, [PPP, 4, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
+        PAD: gl.constexpr = _pow2(PPP)
+        maxima = gl.allocate_shared_memory(gl.float32, [PAD, PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros  # each page's running maximum (its first block overwrites it)
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
@@ -266,21 +292,33 @@ def _score_kernel_wgmma(
                         acc = mma_v2(a, q_regs, zeros)
                     else:
                         acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
-                    run = _page_max(acc, run, h, maxima, i)
+                    run = _page_max(acc, run, h, maxima, i, PARTS)
                 c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
         if LOADS_ONLY:  # a store the compiler cannot drop, and no GPU makes
             gl.store(out_ptr + gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT), fold.to(gl.float32), mask=fold == 0x5EED5EED5EED)
             return
 
         gl.thread_barrier()
-        # [4 warps, ROWS]: a thread holds one row's 4 warp maxima (rows past 128 repeat)
-        across: gl.constexpr = gl.BlockedLayout([4, 1], [1, 32], [1, 4], [1, 0])
-        r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, across))  # row = slot * HS + head
+        # [PAD pages, PARTS partial maxima, ROWS], page i on warp i (PAD < 4 repeats over warps,
+        # PAD > 4 wraps), a thread's V rows and its PARTS / T partial maxima of them contiguous
+        # (ldmatrix loads; the convert is then trivial); one masked store. A thread per row
+        # ran every page's loop in all 4 warps at ROWS <= 32 (0.7-1.5% slower: fast/PERF.md).
+        V: gl.constexpr = max(1, ROWS // 32)
+        T: gl.constexpr = 32 * V // ROWS  # lanes along the partial maxima
+        across: gl.constexpr = gl.BlockedLayout([1, PARTS // T, V], [1, T, ROWS // V], [4, 1, 1], [2, 1, 0])
+        tops: gl.constexpr = gl.SliceLayout(1, across)
+        r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))  # row = slot * HS + head
+        page = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
+        j = first + page
         slot_len = length - 8 + r // HS
         own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
+        keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
+        if PAD != PPP:
+            keep = keep & (page < PPP)[:, None]
+        # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * 32, ROWS].
+        flat: gl.constexpr = gl.BlockedLayout([PARTS // T, V], [T, ROWS // V], [4, 1], [1, 0])
+        v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
+        # +0.0: an all-zero sum is +0.0
+        best = gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
-        for i in range(PPP):
-            j = first + i
-            # +0.0: an all-zero sum is +0.0
-            best = gl.max(maxima.index(i).load(across), axis=0) + 0.0
-            gl.store(out_row + j, best, mask=(r < 8 * HS) & (j < own) & (j < n))
+        gl.store(out_row[None, :] + j[:, None], best, mask=keep)
