@@ -66,13 +66,16 @@ def pages_per_program(batch: int, width: int, sms: int) -> int:
     return ppp
 
 
-def partial_maxima(rows: int) -> int:
+def partial_maxima(rows: int, pages: int) -> int:
     """The partial maxima per page and row the wgmma kernel keeps in shared memory at N =
-    ``rows``: 32 (one per lane row pair of the warpgroup, no shuffle) up to 32 rows; at 64
-    rows 8 (two shuffle rounds a page; a warp's lanes then share one), which was the fastest of
-    32 / 16 / 8 / 4 there (Hs 8, 8 slots: 731 µs against 748 / 749 / 745; at N <= 32 32 was
-    the fastest or tied; fast/PERF.md)."""
-    return 32 if rows <= 32 else 8
+    ``rows`` with ``pages`` per program: 32 (one per thread of a warp's 32 rows — no
+    shuffle in the page loop) where the epilogue's share is small — up to 8 rows, or up to
+    32 rows with 4 or more pages a program (each warp reduces its own page); else 8 (two
+    shuffle rounds a page). Measured (fast/PERF.md, thirteenth session), µs, 32 against 8:
+    64 rows, 4 pages 748 / 731; 32 rows, 1 page 49.6 / 47.1 and 2 pages 40.5 / 39.5
+    (fewer pages than warps repeat the reduction in every warp); 16 rows, 4 pages 833 / 842;
+    8 rows, 1 page 7.10 / 7.47."""
+    return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
 
 
 def max_registers(rows: int) -> int | None:
@@ -216,7 +219,7 @@ def _score_kernel_wgmma(
     PDL: gl.constexpr,
     PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
-    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS)
+    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP)
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
 ):  # fmt: skip
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
