@@ -71,6 +71,24 @@ def test_register_cap_spills_nothing():
         assert "STACK:0 " in usage and "LOCAL:0 " in usage, f"Hs = {hs}, first slot {first_slot}: the register cap spills ({usage})"
 
 
+@pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])
+def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts):
+    """The wgmma kernel's page maxima (``partial_maxima``: 32 or 8 partials a page and row;
+    the epilogue's pages padded to a power of 2, one a warp, fewer repeated, more wrapped)
+    compile for sm_90 at shapes that pick each layout: N 64 with 4 and 1 pages a program,
+    N 32 with 3, N 8 (mma.sync) with 8. A layout Gluon cannot lower fails here, without a
+    GPU; the GPU tests (test_gpu_dequant.py) hold every shape to the reference bit for bit."""
+    from fast.scorer_wgmma import mma_rows, partial_maxima
+
+    assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    cmd = [sys.executable, "-m", "fast.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
+
+
 def test_bench_report_prints_every_section():
     """The report renders a (made-up) result of every section without a GPU: a format error
     here would otherwise surface only at the end of a lent machine's benchmark run."""
