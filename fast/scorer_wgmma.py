@@ -134,24 +134,34 @@ def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o
 
 
 @gluon.jit
-def _load_block(page_u8, page_i64, live, first_token):
+def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
     """int64 [64, 8] code words and int32 [64, 8] scale bytes of tokens [first_token,
-    first_token + 64) of a page, in ``_GROUP_LAYOUT`` (zeros where ``live`` is false)."""
+    first_token + 64) of a page, in ``_GROUP_LAYOUT``; MASKED: zeros where ``live`` is
+    false, else the page's bytes whatever ``live`` says."""
     t = first_token + gl.arange(0, 64, layout=gl.SliceLayout(1, _GROUP_LAYOUT))
     g = gl.arange(0, 8, layout=gl.SliceLayout(0, _GROUP_LAYOUT))
-    codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
-    scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    if MASKED:
+        codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
+        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    else:
+        codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :])
+        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :])
     return codes, scales.to(gl.int32)
 
 
 @gluon.jit
-def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks):
+def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks, MASKED: gl.constexpr):
     """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
-    blk // 2); zeros, nothing read, past the program's blocks or the row's n pages."""
+    blk // 2); past the program's blocks or the row's n pages, zeros (MASKED) or the
+    cache's page 0 (valid memory whenever a row has pages; such scores are never stored).
+
+    A masked load's registers are zeroed first, 8 `CS2R` a page: unmasked, the mma.sync
+    kernel (N = 8) was 2.5-3.5% faster; the wgmma kernel was 1% faster at N = 16 and 64 but
+    3-3.5% slower at N = 32 (fast/PERF.md, thirteenth session), so it keeps the masks."""
     j = first + blk // 2
     live = (blk < blocks) & (j < n)
     page = gl.load(bt_row + j, mask=live, other=0).to(gl.int64)
-    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64)
+    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64, MASKED)
 
 
 @gluon.jit
@@ -257,9 +267,9 @@ def _score_kernel_wgmma(
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2, ROWS != 8)
         if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2)
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2, ROWS != 8)
         else:
             c1, s1 = c0, s0
         if PDL:
@@ -286,7 +296,7 @@ def _score_kernel_wgmma(
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
         for i in range(PPP):
             for h in gl.static_range(2):  # the page's two blocks
-                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2)
+                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
                 if LOADS_ONLY:
                     fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
                 else:
