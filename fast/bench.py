@@ -61,13 +61,26 @@ def progress(items, desc: str):
         return items
 
 
+def source_commit(root: str | None = None) -> str:
+    """The report header's commit: BENCH_COMMIT where set, else git's short HEAD of the tree
+    at ``root`` (default: the one holding this package) with "+dirty" where tracked files
+    differ from it — numbers of uncommitted code must not carry a clean commit's name —
+    or "unknown" without git."""
+    if commit := os.environ.get("BENCH_COMMIT"):
+        return commit
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def machine_header() -> dict:
-    commit = os.environ.get("BENCH_COMMIT")
-    if not commit:
-        try:
-            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            commit = "unknown"
+    commit = source_commit()
     props = torch.cuda.get_device_properties(0)
     return {
         "gpu": props.name,

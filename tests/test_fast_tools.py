@@ -89,6 +89,30 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
 
+def test_bench_header_names_a_dirty_tree(tmp_path, monkeypatch):
+    """The report's commit is the tree's HEAD, "+dirty" while tracked files differ from it
+    (untracked ones do not count), BENCH_COMMIT where set."""
+    from fast.bench import source_commit
+
+    monkeypatch.delenv("BENCH_COMMIT", raising=False)
+    assert source_commit(str(tmp_path)) == "unknown"  # not a repository
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "kernel.py").write_text("a = 1\n")
+    git("add", "kernel.py")
+    git("commit", "-q", "-m", "one")
+    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (tmp_path / "notes.txt").write_text("untracked")
+    assert source_commit(str(tmp_path)) == head
+    (tmp_path / "kernel.py").write_text("a = 2\n")
+    assert source_commit(str(tmp_path)) == head + "+dirty"
+    monkeypatch.setenv("BENCH_COMMIT", "given")
+    assert source_commit(str(tmp_path)) == "given"
+
+
 def test_bench_report_prints_every_section():
     """The report renders a (made-up) result of every section without a GPU: a format error
     here would otherwise surface only at the end of a lent machine's benchmark run."""
