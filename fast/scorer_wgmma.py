@@ -199,7 +199,8 @@ def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
     block 1, store PARTS partial maxima of every row at ``maxima[i, :PARTS, :]``. Both MMAs
     give lane (g, t) of warp w the tokens 16 w + g and 16 w + 8 + g, so at PARTS = 32 each
     thread's maximum of its two is partial maximum 8 w + g and needs no other thread; a
-    smaller PARTS (``partial_maxima``) first folds the g apart by PARTS / 4 (shuffles). The
+    smaller PARTS (``partial_maxima``) first folds the lanes whose g agree modulo PARTS / 4
+    (shuffles). The
     epilogue reduces them once per program, not per page: over the warp's lanes per page (3
     shuffle rounds) they cost 24 of ~380 instructions a page at 16 rows, 96 at 64
     (fast/PERF.md). Returns the running maximum."""
@@ -235,10 +236,10 @@ def _score_kernel_wgmma(
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
     64-token blocks (one wgmma, or one mma.sync per warp at ROWS = 8; the 4 warps hold 16
-    tokens each). Each thread keeps
-    its own maxima of every page in shared memory; one barrier and one reduction over them
-    per program then give the PPP columns (a cross-warp reduction per page cost ~30% of the
-    instructions at Hs = 4, a cross-lane one per page 6-20%: fast/PERF.md).
+    tokens each). Each thread keeps its own maxima of every page in shared memory; one
+    barrier and one reduction over them per program then give the PPP columns (a cross-warp
+    reduction per page cost ~30% of the instructions at Hs = 4, a cross-lane one per page
+    6-20%: fast/PERF.md).
 
     Under PDL with RELEASE the kernel lets its dependent (the select) launch at once: its
     launch is then off the critical path, but its programs take the slots the scorer frees
@@ -316,7 +317,7 @@ def _score_kernel_wgmma(
         # PAD > 4 wraps), a thread's V rows and its PARTS / T partial maxima of them contiguous
         # (ldmatrix loads; the convert is then trivial); one masked store. A thread per row
         # ran every page's loop in all 4 warps at ROWS <= 32 (0.7-1.5% slower: fast/PERF.md).
-        V: gl.constexpr = max(1, ROWS // 32)
+        V: gl.constexpr = max(1, ROWS // 32)  # rows a thread holds: ROWS / V <= 32 lanes along them
         T: gl.constexpr = 32 * V // ROWS  # lanes along the partial maxima
         across: gl.constexpr = gl.BlockedLayout([1, PARTS // T, V], [1, T, ROWS // V], [4, 1, 1], [2, 1, 0])
         tops: gl.constexpr = gl.SliceLayout(1, across)
@@ -328,7 +329,7 @@ def _score_kernel_wgmma(
         keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
         if PAD != PPP:
             keep = keep & (page < PPP)[:, None]
-        # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * 32, ROWS].
+        # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * PARTS, ROWS].
         flat: gl.constexpr = gl.BlockedLayout([PARTS // T, V], [T, ROWS // V], [4, 1], [1, 0])
         v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
         # +0.0: an all-zero sum is +0.0
