@@ -189,6 +189,10 @@ def main(argv=None) -> int:
     if loop:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
+        if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
+            pages = args.pages or WGMMA_PAGES
+            total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
+            print(f"a program of {pages} pages: ~{total} instructions per thread")
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(sass)
