@@ -55,8 +55,8 @@ def scorer_sass(
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
     if kernel == "wgmma":
-        constexprs = common | {"ROWS": mma_rows(live), "PPP": pages or WGMMA_PAGES, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False,
-                               "PARTS": partial_maxima(mma_rows(live), pages or WGMMA_PAGES)}  # fmt: skip
+        rows, ppp = mma_rows(live), pages or WGMMA_PAGES
+        constexprs = common | {"ROWS": rows, "PPP": ppp, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False, "PARTS": partial_maxima(rows, ppp)}
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS")}
