@@ -214,9 +214,9 @@ def warp_groups_top16(
     tl.static_assert(GROUP == 4 or GROUP == 8, "groups of 4 or 8 columns (warp_select.WIDE_MAX_GROUP)")
     # Each group's maximum from 16-byte loads of 4 columns: a scalar load per column, each
     # lane's stride a group, asks L2 for every 32-byte sector once per column in it — 8
-    # requests where one would do. All of a lane's loads are independent, so they are in flight together
-    # (a running maximum over dependent loads kept only a few ahead; one [GROUPS, GROUP]
-    # block instead: 255 registers and spills).
+    # requests where one would do. All of a lane's loads are independent, so they are in
+    # flight together (a running maximum over dependent loads kept only a few ahead; one
+    # [GROUPS, GROUP] block instead: 255 registers and spills).
     first = tl.arange(0, GROUPS) * GROUP
     top = _quad_max(row_ptr + first, first, n)
     for q in tl.static_range(4, GROUP, 4):
