@@ -23,7 +23,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from .scorer import PRMT_PAGES, PRMT_TOKENS, _score_kernel_prmt
-from .scorer_wgmma import WGMMA_DEPTH, WGMMA_PAGES, _score_kernel_wgmma, max_registers, mma_rows, partial_maxima, rows_for
+from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, long_row_pages, max_registers, mma_rows, partial_maxima, rows_for
 
 _SIGNATURE = {
     "q_ptr": "*u8", "q_sel_ptr": "*i64", "q_set_stride": "i64", "k_ptr": "*u8", "k64_ptr": "*i64",
@@ -55,7 +55,8 @@ def scorer_sass(
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
     if kernel == "wgmma":
-        rows, ppp = mma_rows(live), pages or WGMMA_PAGES
+        rows = mma_rows(live)
+        ppp = pages or long_row_pages(rows)
         constexprs = common | {"ROWS": rows, "PPP": ppp, "DEPTH": depth or WGMMA_DEPTH, "PREFETCH": pdl, "RELEASE": False, "PARTS": partial_maxima(rows, ppp)}
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
@@ -151,9 +152,10 @@ _OP = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
 
 def main_loop_mix(sass: str) -> collections.Counter:
-    """Opcode -> count over the longest loop of the listing (label to its backward branch):
-    in the wgmma scorer, one page per trip — the instructions per page and thread that
-    fast/PERF.md counts. Empty if the listing has no loop."""
+    """Opcode -> count over the longest loop of the listing (label to its backward branch)
+    that multiplies (an MMA in it): in the wgmma scorer, one page per trip — the
+    instructions per page and thread that fast/PERF.md counts. Empty if the listing has no
+    such loop (the scorer at N = 8: its pages unrolled)."""
     lines = sass.splitlines()
     labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
     best: list[str] = []
@@ -161,7 +163,8 @@ def main_loop_mix(sass: str) -> collections.Counter:
         m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
         if m and labels.get(m.group(1), i) < i:
             ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
-            best = max(best, ops, key=len)
+            if any(op.endswith("MMA") for op in ops):
+                best = max(best, ops, key=len)
     return collections.Counter(best)
 
 
@@ -189,10 +192,10 @@ def main(argv=None) -> int:
     if loop:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
-        if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
-            pages = args.pages or WGMMA_PAGES
-            total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
-            print(f"a program of {pages} pages: ~{total} instructions per thread")
+    if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
+        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
+        total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
+        print(f"a program of {pages} pages{'' if loop else ' (unrolled: the listing)'}: ~{total} instructions per thread")
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(sass)

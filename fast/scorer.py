@@ -277,8 +277,8 @@ def score_pages(
         pages = (pages_u8, pages_u8.view(torch.int64))
         rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
         if dequant == "wgmma":
-            ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)))
             rows = mma_rows(live)
+            ppp = pages_per_program or wgmma_pages(batch, width, sm_count(str(device)), rows)
             tuning = dict(ROWS=rows, PARTS=partial_maxima(rows, ppp), DEPTH=blocks_ahead or WGMMA_DEPTH, PREFETCH=prefetch, RELEASE=release, LOADS_ONLY=bool(loads_only), num_warps=4)
             cap = wgmma_max_registers(live) if register_cap == "auto" else register_cap
             if cap is not None:

@@ -50,17 +50,34 @@ _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
 # Most pages per program and 64-token blocks loaded ahead (fast/PERF.md: measured).
-WGMMA_PAGES = 4
+WGMMA_PAGES = 8
 WGMMA_DEPTH = 2
-# Programs per SM below which pages_per_program shrinks (4-5 fit at once at Hs <= 4).
+# Programs per SM a grid of WGMMA_PAGES-page programs needs (else 4 pages), and below which
+# 4 pages per program shrink further (4-5 programs fit at once at Hs <= 4).
+_PROGRAMS_PER_SM_FOR_MOST = 16
 _PROGRAMS_PER_SM = 4
 
 
-def pages_per_program(batch: int, width: int, sms: int) -> int:
-    """WGMMA_PAGES, halved while the grid would fill fewer than _PROGRAMS_PER_SM programs
-    per SM: a short row scored by a few programs pays each one's pages in series (8K
-    context, batch 1: 8 pages per program took 13.4 µs, 1 page 4.9 µs; fast/PERF.md)."""
-    ppp = WGMMA_PAGES
+def long_row_pages(rows: int) -> int:
+    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
+    N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
+    shared memory a program at 8 pages — out of the L1 the scale-table gathers hit (2.4%
+    slower than 4 pages at 8 x 16384 / Hs 4 / 8 slots; N 8, 16 and 64 were 3.5-9% faster
+    at 8: fast/PERF.md, fourteenth session)."""
+    return 4 if rows == 32 else WGMMA_PAGES
+
+
+def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
+    """``long_row_pages(rows)`` where its grid still gives every SM _PROGRAMS_PER_SM_FOR_MOST
+    programs (fewer, larger programs leave a longer tail: 1 x 8192 pages was 3% slower at
+    8 than at 4), else 4, halved while the grid would fill fewer than _PROGRAMS_PER_SM
+    programs per SM: a short row scored by a few programs pays each one's pages in series
+    (8K context, batch 1: 8 pages per program took 13.4 µs, 1 page 4.9 µs; fast/PERF.md).
+    rows: the MMA's N (``mma_rows`` of the rows scored)."""
+    most = long_row_pages(rows)
+    if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
+        return most
+    ppp = 4
     while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
         ppp //= 2
     return ppp
@@ -216,6 +233,29 @@ def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
 
 
 @gluon.jit
+def _block(
+    k_ptr, k64_ptr, tab_ptr, bt_row, first, n, i, h: gl.constexpr, c0, s0, c1, s1, run, fold, q_op, zeros, maxima,
+    a_layout: gl.constexpr, ROWS: gl.constexpr, PPP: gl.constexpr, DEPTH: gl.constexpr, PARTS: gl.constexpr, LOADS_ONLY: gl.constexpr,
+):  # fmt: skip
+    """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
+    decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
+    page's maxima folded (``_page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
+    folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
+    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
+    if LOADS_ONLY:
+        fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
+    else:
+        a = _dequant_fragment(c0, s0, tab_ptr, a_layout)
+        if ROWS == 8:
+            acc = mma_v2(a, q_op, zeros)
+        else:
+            acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+        run = _page_max(acc, run, h, maxima, i, PARTS)
+    c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
+    return c0, s0, c1, s1, run, fold
+
+
+@gluon.jit
 def _score_kernel_wgmma(
     q_ptr, q_sel_ptr, q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
     k_ptr,  # uint8 [N, 9216] pages
@@ -288,26 +328,33 @@ def _score_kernel_wgmma(
         fence_async_shared()
         gl.thread_barrier()
         if ROWS == 8:  # mma.sync takes q from registers: loaded once
-            q_regs = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+            q_op = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+        else:
+            q_op = q_smem
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
         PAD: gl.constexpr = _pow2(PPP)
         maxima = gl.allocate_shared_memory(gl.float32, [PAD, PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros  # each page's running maximum (its first block overwrites it)
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
-        for i in range(PPP):
-            for h in gl.static_range(2):  # the page's two blocks
-                cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
-                if LOADS_ONLY:
-                    fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
-                else:
-                    a = _dequant_fragment(c0, s0, tab_ptr, a_layout)
-                    if ROWS == 8:
-                        acc = mma_v2(a, q_regs, zeros)
-                    else:
-                        acc = warpgroup_mma(a, q_smem, zeros, use_acc=False)
-                    run = _page_max(acc, run, h, maxima, i, PARTS)
-                c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
+        # Unrolled at N = 8: the pipeline's blocks then stay in their registers instead of
+        # moving one slot on per trip (20 moves a page), and the scale bytes' extraction
+        # folds; ~18% fewer instructions a program and 4-5% faster. The wgmma kernel was
+        # 3-14% slower unrolled (fast/PERF.md, fourteenth session), so it keeps the loop.
+        if ROWS == 8:
+            for i in gl.static_range(PPP):
+                for h in gl.static_range(2):  # the page's two blocks
+                    c0, s0, c1, s1, run, fold = _block(
+                        k_ptr, k64_ptr, tab_ptr, bt_row, first, n, i, h, c0, s0, c1, s1, run, fold, q_op, zeros, maxima,
+                        a_layout, ROWS, PPP, DEPTH, PARTS, LOADS_ONLY,
+                    )  # fmt: skip
+        else:
+            for i in range(PPP):
+                for h in gl.static_range(2):
+                    c0, s0, c1, s1, run, fold = _block(
+                        k_ptr, k64_ptr, tab_ptr, bt_row, first, n, i, h, c0, s0, c1, s1, run, fold, q_op, zeros, maxima,
+                        a_layout, ROWS, PPP, DEPTH, PARTS, LOADS_ONLY,
+                    )  # fmt: skip
         if LOADS_ONLY:  # a store the compiler cannot drop, and no GPU makes
             gl.store(out_ptr + gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT), fold.to(gl.float32), mask=fold == 0x5EED5EED5EED)
             return

@@ -58,7 +58,7 @@ def test_register_cap_spills_nothing():
     8) and N = 16 (wgmma). Compiled in a child without the
     interpreter (Gluon cannot lower the interpreter's functions; in this process only a
     warm Triton cache would hide that)."""
-    from fast.scorer_wgmma import max_registers
+    from fast.scorer_wgmma import max_registers, mma_rows
 
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
@@ -70,6 +70,10 @@ def test_register_cap_spills_nothing():
         regs = int(re.search(r"REG:(\d+)", usage).group(1))
         assert regs <= max_registers((8 - first_slot) * hs), usage
         assert "STACK:0 " in usage and "LOCAL:0 " in usage, f"Hs = {hs}, first slot {first_slot}: the register cap spills ({usage})"
+        # mma.sync's pages unrolled (no page loop in the listing), wgmma's in a loop: each
+        # the faster form (scorer_wgmma's page loop)
+        unrolled = "(unrolled: the listing)" in done.stdout
+        assert unrolled == (mma_rows((8 - first_slot) * hs) == 8), done.stdout
 
 
 @pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])
