@@ -282,9 +282,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 def select_section(device, gen) -> list[dict]:
     """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
     L2: the select's own time, with its rows split over programs as the decode does
-    (``select_shape.select_split``) and unsplit. (1, 2, 4, 8 and 16 warps per program measured on
-    the H200: 4 to 16 alike, 1 and 2 slower; one program per row and head is latency-bound,
-    fast/PERF.md.)"""
+    (``select_shape.select_split``) and unsplit, each launched plainly; and the default
+    split once more under PDL, as the decode launches it (after the scorer, its launch
+    hidden: the layer's stock top-16 stage). (1, 2, 4, 8 and 16 warps per program measured
+    on the H200: 4 to 16 alike, 1 and 2 slower; one program per row and head is
+    latency-bound, fast/PERF.md.)"""
     from .backend import sm_count
     from .select_shape import select_split
     from .stock import StockDecode
@@ -292,14 +294,14 @@ def select_section(device, gen) -> list[dict]:
     rows = []
     for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):
         split = select_split(batch * 2, pages, sm_count(str(device)))
-        for s in sorted({split, 1}, reverse=True):
-            decode = StockDecode(heads=2, max_reqs=batch, device=device, split=s)
+        for s, pdl in [(split, False), (split, True)] + ([(1, False)] if split != 1 else []):
+            decode = StockDecode(heads=2, max_reqs=batch, device=device, split=s, pdl=pdl)
             table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
             decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
             decode._scores[batch].copy_(torch.randn(decode._scores[batch].shape, generator=gen))
             out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
             us = graph_time_us(lambda _: decode.select(out, 1), 8)
-            rows.append({"pages": pages, "batch": batch, "heads": 2, "split": s, "default": s == split, "us": us})
+            rows.append({"pages": pages, "batch": batch, "heads": 2, "split": s, "default": s == split, "pdl": pdl, "us": us})
     return rows
 
 
@@ -424,9 +426,10 @@ def print_report(report: dict, file=sys.stdout) -> None:
         for r in report["torch_stock"]:
             print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
     if report.get("select"):
-        print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call, by programs per row", file=file)
+        print("\nstock top-16 alone (2 heads, scores hot in L2), µs per call, by programs per row; 'PDL': launched as the decode does", file=file)
         for r in report["select"]:
-            print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{'' if r['default'] else '  (not the default)'}", file=file)
+            note = "  (not the default)" if not r["default"] else "  (PDL)" if r.get("pdl") else ""
+            print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{note}", file=file)
     if report.get("push"):
         print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call", file=file)
         for r in report["push"]:

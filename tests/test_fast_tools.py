@@ -134,8 +134,9 @@ def test_bench_report_prints_every_section():
         "scorer": [{"context": 8192, "batch": 1, "hs": 1, "slots": 8, "us": 3.0, "GBps": 200.0, "of_read_ceiling": 0.04},
                    {"context": 131072, "batch": 8, "hs": 4, "slots": 8, "us": 40.0, "GBps": 1800.0, "of_read_ceiling": 0.4, "variant": {"dequant": "prmt"}}],  # fmt: skip
         "torch_stock": [{"context": 8192, "batch": 1, "query_len": 1, "us": 70.0}],
-        "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "us": 5.0},
-                   {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "us": 13.0}],  # fmt: skip
+        "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "pdl": False, "us": 5.0},
+                   {"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "pdl": True, "us": 4.0},
+                   {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "pdl": False, "us": 13.0}],  # fmt: skip
         "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1, "push_merge_us": 8.6},
                  {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0},
                  {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "warp_select": 1024, "shape": [1024, 128, 8, 4], "us": 12.0, "push_merge_us": 15.0}],  # fmt: skip
@@ -145,7 +146,8 @@ def test_bench_report_prints_every_section():
     out = io.StringIO()
     print_report(report, out)
     text = out.getvalue()
-    assert "0.75x" in text and "     7.0     6.5 " in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split  1: 13.0  (not the default)" in text
+    assert "0.75x" in text and "     7.0     6.5 " in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split 16: 4.0  (PDL)\n" in text
+    assert "split  1: 13.0  (not the default)" in text
     assert "1024 programs, 1 warps, one chunk: push 6.1, + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4, + merge" in text
     assert "1 warps, 1024 groups, warp select: push 12.0" in text
 
