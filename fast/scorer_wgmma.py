@@ -217,10 +217,9 @@ def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
     give lane (g, t) of warp w the tokens 16 w + g and 16 w + 8 + g, so at PARTS = 32 each
     thread's maximum of its two is partial maximum 8 w + g and needs no other thread; a
     smaller PARTS (``partial_maxima``) first folds the lanes whose g agree modulo PARTS / 4
-    (shuffles). The
-    epilogue reduces them once per program, not per page: over the warp's lanes per page (3
-    shuffle rounds) they cost 24 of ~380 instructions a page at 16 rows, 96 at 64
-    (fast/PERF.md). Returns the running maximum."""
+    (shuffles). The epilogue reduces them once per program, not per page: over the warp's
+    lanes per page (3 shuffle rounds) they cost 24 of ~380 instructions a page at 16 rows,
+    96 at 64 (fast/PERF.md). Returns the running maximum."""
     if H == 0:
         best = acc
     else:
