@@ -11,7 +11,7 @@ import reference
 from fast.backend import default_device
 from fast.cp import IndexerDecodeCP, PeerTimeoutError
 from fast.cp_kernels import _push_warp_top16, compact_table_kernel
-from fast.jit_helpers import ERR_Q_TIMEOUT, KEY_EXACT, fmaf, top16
+from fast.jit_helpers import ERR_Q_TIMEOUT, KEY_EXACT, fmaf, merge_runs16, top16
 from fast.scorer import score_pages
 from fast.select_shape import QUEUED_PER_SM, SelectShape
 from fast.stock import StockDecode
@@ -162,6 +162,30 @@ def test_split_stock_topk_rearms_and_repeats():
             outs.append(out.cpu())
             assert int(sd._counts.abs().sum()) == 0
     assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+@triton.jit
+def _merge_runs_kernel(keys_ptr, out_ptr, N: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, 16), merge_runs16(tl.load(keys_ptr + tl.arange(0, N))))
+
+
+@settings(max_examples=25, deadline=None)
+@given(runs=st.sampled_from([2, 4, 8, 16]), top=st.sampled_from([3, 1000, 2**32]), wide=st.booleans(), seed=st.integers(0, 2**31 - 1))
+def test_merge_runs16_takes_the_16_largest_of_alternating_runs(runs, top, wide, seed):
+    """The split select's merge (``merge_runs16``, GPUs): runs as ``publish_slice`` stores
+    them (ascending in even slices, descending in odd ones), duplicates and zeros included
+    (top 3: mostly ties), uint32 stock keys (the top bit set too) and int64 exact keys: the
+    16 largest, descending."""
+    gen = torch.Generator().manual_seed(seed)
+    keys = torch.randint(0, top, (runs, 16), generator=gen, dtype=torch.int64).sort(dim=1).values
+    keys[1::2] = keys[1::2].flip(1)
+    if wide:
+        keys = keys + (1 << 48)
+    want = keys.flatten().sort(descending=True).values[:16]
+    dtype = torch.int64 if wide else torch.uint32
+    out = on(torch.zeros(16, dtype=dtype))
+    _merge_runs_kernel[(1,)](on(keys.flatten().to(dtype)), out, N=runs * 16)
+    assert torch.equal(out.cpu().to(torch.int64), want)
 
 
 def test_select_split_policy_and_validation():
