@@ -321,7 +321,7 @@ def merged16(parts, count_ptr, SPLIT: tl.constexpr, SORT: tl.constexpr):
     """The row's best 16 keys of its SPLIT slices' (exact: keys are unique, and a row's best
     16 are among its slices'), for the last slice of ``slice_top16``, which re-arms the
     count for the next call. On a GPU (SORT) one merge of the slices' sorted runs
-    (``merge_runs16``: 0.1-0.35 µs less than ``tl.topk`` over them, fast/PERF.md)."""
+    (``merge_runs16``: up to 0.35 µs less than ``tl.topk`` over them, fast/PERF.md)."""
     keys = tl.load(parts + tl.arange(0, SPLIT * TOPK), volatile=True)
     if SORT:
         best = merge_runs16(keys)
