@@ -362,13 +362,15 @@ def _exchange(h, axis: tl.constexpr, descending):
 
 @triton.jit
 def merge_runs16(keys):
-    """The 16 largest of ``keys`` ([R * 16], R a power of two), descending, where run r
+    """The 16 largest of ``keys`` ([R * 16], R a power of two >= 2), descending, where run r
     (keys 16 r .. 16 r + 15) is sorted ascending for even r and descending for odd r
     (``publish_slice``'s layout). Bitonic top-k without its first phase: ``tl.topk`` would
     sort the runs again (10 of its 26 compare-exchange stages at R = 16). Each level takes
     the elementwise maximum of runs 2m and 2m + 1 — a bitonic sequence holding the 16
     largest of both — and sorts it in 4 exchanges, alternating again for the next level."""
     DIMS: tl.constexpr = _bits(keys.shape[0])
+    # One run would come back as stored (ascending), not merged: merged16 has SPLIT >= 2.
+    tl.static_assert(DIMS > 4, "merge_runs16 merges two runs of 16 or more")
     h = tl.reshape(keys, [2] * DIMS)
     for level in tl.static_range(DIMS - 4):
         # h has DIMS - level axes here, bit b of the index on axis DIMS - level - 1 - b
