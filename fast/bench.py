@@ -309,14 +309,15 @@ def select_section(device, gen) -> list[dict]:
 PUSH_SHAPES = ((512, 32, 1), (512, 64, 4), (2048, 64, 4), (4096, 32, 1), (4096, 64, 4))
 
 
-def push_case(device, gen, columns: int, batch: int):
+def push_case(device, gen, columns: int, batch: int, pdl: bool = False):
     """(decode, layer, plan) for the push and merge alone: a CP = 1 decode of HEADS heads
     whose rows are all long, the last query's own page the last, so each ranks ``columns``
-    - 1 pages of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1])."""
+    - 1 pages of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1]);
+    its kernels launched under PDL where ``pdl`` (GPUs)."""
     from .cp import IndexerDecodeCP
     from .symm import SingleRankSymmetric
 
-    decode = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device))
+    decode = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device), pdl=pdl)
     lens = torch.full((batch,), columns * PAGE, dtype=torch.int32, device=device)
     plan = decode.plan(torch.zeros(batch, columns, dtype=torch.int32, device=device), lens)
     plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
@@ -330,8 +331,12 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
     the push's work is its programs x columns, only where the keys go differs. The merge
     (the pair less the push) then selects each head's best of 16 candidates from one rank,
     not CP = 2's 32 from two, and polls nothing in flight over NVLink. µs per call
-    (``timer(fn, calls)``), with the push's programs, warps (``select_shape.push_warps``)
-    and select shape (chunk, supers, per super, group)."""
+    (``timer(fn, calls)``), launched plainly; the push alone once more under PDL, as the
+    decode launches it (its launch hidden under the kernel before it). Not the pair: a
+    push loads the parity before its wait, which is safe after the exchange that follows
+    a merge in a layer, not right after a merge that flips it. With the push's programs,
+    warps (``select_shape.push_warps``) and select shape (chunk, supers, per super,
+    group)."""
     rows = []
     for columns, batch, q in progress(shapes, "push, merge"):
         decode, layer, plan = push_case(device, gen, columns, batch)
@@ -347,10 +352,12 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         push_us = timer(lambda _: decode.push(layer, plan, q), 8)
         layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
         pair_us = timer(push_then_merge, 8)
+        pdl_decode, pdl_layer, pdl_plan = push_case(device, gen, columns, batch, pdl=True)
+        pdl_us = timer(lambda _: pdl_decode.push(pdl_layer, pdl_plan, q), 8)
         rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
                      "warps": warps, "warp_select": keys,
                      "shape": [s.chunk, s.supers, s.per_super, s.group],
-                     "us": push_us, "push_merge_us": pair_us})  # fmt: skip
+                     "us": push_us, "push_merge_us": pair_us, "pdl_us": pdl_us})  # fmt: skip
     return rows
 
 
@@ -431,7 +438,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
             note = "  (not the default)" if not r["default"] else "  (PDL)" if r.get("pdl") else ""
             print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{note}", file=file)
     if report.get("push"):
-        print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call", file=file)
+        print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call; 'PDL': the push launched as the decode does", file=file)
         for r in report["push"]:
             if r["columns"] <= r["shape"][0]:
                 shape = "warp select" if r.get("warp_select") else "one chunk"
@@ -439,7 +446,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
                 shape = f"{r['warp_select']} groups, warp select" if r.get("warp_select") else "x".join(map(str, r["shape"][1:]))
             print(
                 f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: "
-                f"push {r['us']:.1f}, + merge {r['push_merge_us']:.1f} (merge {r['push_merge_us'] - r['us']:.1f} by difference)",
+                f"push {r['us']:.1f} ({r['pdl_us']:.1f} PDL), + merge {r['push_merge_us']:.1f} (merge {r['push_merge_us'] - r['us']:.1f} by difference)",
                 file=file,
             )
     if report.get("layers"):
