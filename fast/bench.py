@@ -17,7 +17,8 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
    graph's time per layer is reported too); the scorers and top-16 alone are timed the
    same way, so the overhead compares the same layers. Context 2048 is the short-rows
    case (every row <= 16 pages);
-5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write.
+5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write;
+6. the performance issue's targets judged on this run's figures (``fast.targets``).
 
 Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
 cache, layer replays follow a 256 MB L2 flush. Correctness is checked first, at one size,
@@ -40,6 +41,8 @@ import triton
 import triton.language as tl
 
 from reference.constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS, TOPK
+
+from .targets import judge
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -464,6 +467,11 @@ def print_report(report: dict, file=sys.stdout) -> None:
                 f"{r['stock_first_us']:>6.1f}/{r['cp_first_us']:<6.1f}",
                 file=file,
             )
+    if report.get("targets"):
+        print("\nthe performance issue's targets, this run (fast/targets.py)", file=file)
+        for t in report["targets"]:
+            verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+            print(f"  [{verdict}] {t['target']}: {t['figures']}", file=file)
 
 
 def plot(report: dict, out: Path) -> list[str]:
@@ -538,6 +546,7 @@ def run_bench(out: str | None = None, quick: bool = False, world: int | None = N
     else:
         report["layers"] = []
         print("per-layer CP vs stock needs 2+ GPUs with P2P; skipped", file=sys.stderr)
+    report["targets"] = judge(report)
     (out_dir / "results.json").write_text(json.dumps(report, indent=1))
     report["plots"] = plot(report, out_dir)
     print_report(report)

@@ -142,6 +142,7 @@ def test_bench_report_prints_every_section():
                  {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "warp_select": 1024, "shape": [1024, 128, 8, 4], "us": 12.0, "push_merge_us": 15.0, "pdl_us": 11.0}],  # fmt: skip
         "world": 2,
         "layers": [layer],
+        "targets": [{"target": "a target", "figures": "1.0x", "met": False}, {"target": "another", "figures": "not measured", "met": None}],
     }
     out = io.StringIO()
     print_report(report, out)
@@ -150,6 +151,52 @@ def test_bench_report_prints_every_section():
     assert "split  1: 13.0  (not the default)" in text
     assert "1024 programs, 1 warps, one chunk: push 6.1 (5.0 PDL), + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4 (17.0 PDL), + merge" in text
     assert "1 warps, 1024 groups, warp select: push 12.0" in text
+    assert "  [MISSED] a target: 1.0x\n  [not measured] another: not measured\n" in text
+
+
+def _layer(context, batch, q, stock, cp, cp_score, stages, stock_top16=1.0, stock_score=10.0):
+    """A per-layer row of the bench's report (µs)."""
+    return {"context": context, "batch": batch, "query_len": q, "stock_us": stock, "cp_us": cp, "cp_score_us": cp_score,
+            "cp_stages_us": stages, "stock_top16_us": stock_top16, "stock_score_us": stock_score}  # fmt: skip
+
+
+def test_targets_judge_each_target_on_the_runs_own_figures():
+    """fast.targets: each of the issue's targets met, missed or not measured, on the points
+    it names only (other batches, contexts and the scorer's variants do not count)."""
+    from fast.targets import judge
+
+    def scorer(context, batch, hs, slots, frac, us=1.0, **variant):
+        return {"context": context, "batch": batch, "hs": hs, "slots": slots, "of_read_ceiling": frac, "us": us, "variant": variant}
+
+    # 1 x 1M counts for the scorer (batch x context >= 8 x 128K); 1 x 128K and a variant do not
+    report = {
+        "checks": {"scorer": True, "cp": True, "stock": True},
+        "scorer": [scorer(131072, 8, 1, 8, 0.86), scorer(1048576, 64, 1, 8, 0.9), scorer(131072, 8, 4, 8, 0.85), scorer(131072, 8, 4, 1, 0.87),
+                   scorer(131072, 1, 1, 8, 0.1), scorer(131072, 8, 1, 8, 0.2, dequant="table"),
+                   scorer(1048576, 1, 1, 8, 0.88, us=30.0)],  # fmt: skip
+        "select": [{"pages": 8192, "batch": 1, "default": True, "pdl": False, "us": 5.0}, {"pages": 8192, "batch": 1, "default": True, "pdl": True, "us": 4.5},
+                   {"pages": 8192, "batch": 8, "default": True, "pdl": True, "us": 9.0}],  # fmt: skip
+        "layers": [_layer(1048576, 32, 1, 700.0, 360.0, 345.0, 12.0), _layer(1048576, 32, 4, 700.0, 600.0, 590.0, 14.0),
+                   _layer(131072, 32, 1, 95.4, 56.7, 49.3, 7.5), _layer(2048, 64, 4, 10.0, 6.0, 1.5, 4.5), _layer(131072, 64, 4, 183.0, 117.0, 107.0, 6.5),
+                   _layer(2048, 1, 1, 3.7, 6.6, 1.0, 3.4), _layer(1048576, 1, 1, 32.0, 25.0, 17.0, 8.0, stock_top16=3.7, stock_score=27.6)],  # fmt: skip
+    }
+    got = {t["target"].split(" at ")[-1] if "CP / stock" in t["target"] else t["target"].split(" ")[0]: (t["met"], t["figures"]) for t in judge(report)}
+    assert got["scorer"] == (True, "Hs 1 0.86-0.90, Hs 4 / 8 slots 0.85, Hs 4 / 1 slot 0.87")
+    assert got["1M, batch 32, q 1"] == (True, "1.94x (700.0 / 360.0 µs)")
+    assert got["128K, batch 32, q 1"] == (False, "1.68x (95.4 / 56.7 µs)")
+    assert got["CP"] == (False, "2K 4.5 (4.5), 128K 6.5 (10.0)")
+    assert got["rows"] == (True, "worst CP - stock +2.9 µs (2K, batch 1, q 1)")
+    assert got["stock"] == (True, "alone 4.5 / 30.0 µs = 15.0%; in the layer 3.7 / 27.6 µs = 13.4%")
+
+    report["scorer"][2]["of_read_ceiling"] = 0.84
+    report["layers"][4]["cp_stages_us"] = 6.0
+    report["layers"][5]["cp_us"] = 6.8
+    report["select"][1]["us"] = 4.6
+    verdicts = [t["met"] for t in judge(report)]
+    assert verdicts == [False, True, False, True, False, False]
+    report["checks"]["cp"] = False  # no speedup counts from a run whose decode failed its check
+    assert [t["figures"] for t in judge(report)][1:3] == ["not reported: a decode failed its check in this run"] * 2
+    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 6
 
 
 def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():
