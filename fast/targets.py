@@ -40,6 +40,11 @@ def _layers(report: dict, **where) -> list[dict]:
     return [r for r in report.get("layers", []) if all(r[k] == v for k, v in where.items())]
 
 
+def _scorer_rows(report: dict, **where) -> list[dict]:
+    """The scorer grid's default rows (no tuning variant) whose fields equal ``where``'s."""
+    return [r for r in report.get("scorer", []) if not r.get("variant") and all(r[k] == v for k, v in where.items())]
+
+
 def _decodes_checked(report: dict) -> bool:
     """Both decodes matched the reference in this run (speedups count only then)."""
     return bool(report["checks"].get("cp")) and bool(report["checks"].get("stock"))
@@ -49,7 +54,7 @@ def _scorer(report: dict) -> dict:
     target = f"scorer >= {SCORER_FRACTION:.2f} of the read ceiling at batch x context >= 8 x 128K, Hs 1 and Hs 4"
     spans, met = [], True
     for hs, slots, label in ((1, 8, "Hs 1"), (4, 8, "Hs 4 / 8 slots"), (4, 1, "Hs 4 / 1 slot")):
-        fractions = [r["of_read_ceiling"] for r in report.get("scorer", []) if not r.get("variant") and r["hs"] == hs and r["slots"] == slots and r["batch"] * r["context"] >= SCORER_FROM]
+        fractions = [r["of_read_ceiling"] for r in _scorer_rows(report, hs=hs, slots=slots) if r["batch"] * r["context"] >= SCORER_FROM]
         if fractions:
             low, high = f"{min(fractions):.2f}", f"{max(fractions):.2f}"
             spans.append(f"{label} {low}" + (f"-{high}" if high != low else ""))
@@ -96,7 +101,7 @@ def _top16(report: dict) -> dict:
     target = f"stock top-16 <= {TOP16_SHARE:.0%} of the stock scorer at {TOP16_PAGES} pages (alone; in the layer)"
     shares = []
     select = [r for r in report.get("select", []) if r["pages"] == TOP16_PAGES and r["batch"] == 1 and r["default"] and r.get("pdl")]
-    scorer = [r for r in report.get("scorer", []) if not r.get("variant") and r["context"] == TOP16_PAGES * PAGE and r["batch"] == 1 and r["hs"] == 1 and r["slots"] == 8]
+    scorer = _scorer_rows(report, context=TOP16_PAGES * PAGE, batch=1, hs=1, slots=8)
     if select and scorer:
         shares.append(("alone", select[0]["us"], scorer[0]["us"]))
     for r in _layers(report, context=TOP16_PAGES * PAGE, batch=1, query_len=1):
