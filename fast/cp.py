@@ -18,7 +18,7 @@ from reference.validate import check_int
 
 from . import checks
 from .backend import pdl_options, sm_count
-from .cp_kernels import MAX_MERGE_ROWS, MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 # Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
-_ERROR_BLOCK = 1024  # output entries per store of the merge's error fill
 
 
 class _StageClock:
@@ -82,19 +81,18 @@ class PeerTimeoutError(RuntimeError):
 
 @dataclass
 class CPLayer:
-    """One sparse layer's symmetric buffers (two sets each), its step parity and the merge's
-    arrival count.
+    """One sparse layer's symmetric buffers (two sets each) and its step parity.
 
     tile: int32 words, 2 x [max_reqs, 8, H, 32]; recv: int64, 2 x [CP, rows_max, Hr, 16];
     parity: int64 [1], the set this layer's next step with a long request uses (a step
-    without one uses none); arrived: int64 [1], the merge's count of its programs done in
-    the running step, long ones and failed ones (0 between steps).
+    without one uses none; the merge flips it); current: int64 [1], the running step's set,
+    the exchange's copy of the parity (what the scorer, push and merge read).
     """
 
     tile: SymmetricTensor
     recv: SymmetricTensor
     parity: torch.Tensor
-    arrived: torch.Tensor
+    current: torch.Tensor
 
 
 @dataclass
@@ -123,7 +121,7 @@ class IndexerDecodeCP:
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
         check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
-        check_int("max_reqs", max_reqs, low=1, high=(MAX_MERGE_ROWS - 1) // SLOTS)  # the merge's count fields
+        check_int("max_reqs", max_reqs, low=1)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
         self.layout = HeadLayout(cp, heads)
         self.owned = self.layout.heads_of(self.rank)
@@ -223,7 +221,7 @@ class IndexerDecodeCP:
         split_plan = self._split(rows)
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
-            q_sel=layer.parity, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
+            q_sel=layer.current, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
             release=self.pdl and release_select(rows * self.heads * split_plan[0]), first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
@@ -240,7 +238,7 @@ class IndexerDecodeCP:
         of this rank's heads (index_q: float8_e4m3fn [B * q, Hr, 128]) into every rank's
         tile, then a wait for every rank's into this one's."""
         q_exchange_kernel[(plan.batch * query_len,)](
-            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, self.error,
+            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, layer.current, self.error,
             self._tile_words, self.spin_limit,
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, HEAD0=self.owned.start, CP=self.cp, RANK=self.rank,
             QLEN=query_len, **pdl_options(self.pdl),
@@ -254,7 +252,8 @@ class IndexerDecodeCP:
     def push(self, layer: CPLayer, plan: CPPlan, query_len: int) -> None:
         """The push alone, forward's third stage, for the benchmark: each long row's local
         top 16 of ``plan.scores`` (fp32 [B, 8 * H, W], as the scorer leaves it) into its
-        owners' slots of ``layer.recv``. The keys stay there (the merge re-arms them): before
+        owners' slots of ``layer.recv`` (in the set of the layer's last exchange,
+        ``layer.current``). The keys stay there (the merge re-arms them): before
         forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank."""
         self._push(layer, plan, query_len, self._split(plan.batch * query_len))
 
@@ -265,7 +264,7 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         warps, keys = self._push_plan(rows, split_plan)
         push_kernel[(rows, self.heads, split)](
-            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.parity, self.error, self._parts, self._counts,
+            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.current, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
             H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
             CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=push_group(columns, keys, s), SORT=self.device.type == "cuda",
@@ -277,11 +276,12 @@ class IndexerDecodeCP:
         """The merge, forward's last stage (alone: for the benchmark, after ``push`` on every
         rank): each row's HR heads' 16 best of the CP x 16 candidates in ``layer.recv`` into
         ``out`` (int32 [B * q, Hr, 16]), waiting for every rank's push; it re-arms the
-        candidates and the rows' q tile slots and flips ``layer.parity``. Returns out."""
+        candidates and the rows' q tile slots (the set of the layer's last exchange) and
+        flips ``layer.parity``. Returns out."""
         merge_kernel[(plan.batch * query_len,)](
-            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.parity, self.error, out, layer.arrived,
+            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.current, layer.parity, self.error, out,
             self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=self.layout.heads_per_rank, BLOCK=_ERROR_BLOCK, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS,
+            H=self.heads, HR=self.layout.heads_per_rank, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS,
             CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
         )  # fmt: skip
         return out

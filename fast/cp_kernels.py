@@ -1,12 +1,19 @@
 """The CP protocol's kernels (DESIGN.md §6): compact table, q exchange, local top-16 + push,
-and the merge, whose last program ends the step with the flip that makes back-to-back steps
-safe.
+and the merge, which flips the parity that makes back-to-back steps safe.
 
 Symmetric buffers come as int64 arrays of every rank's base address; each layer has two
-buffer sets, and ``parity`` (a device scalar flipped at the end of every forward) says which
-one this step uses. A peer that runs one step ahead therefore writes into the other set: it
-can never overwrite a tile this rank is still scoring, nor have its q erased by this rank's
-re-arm. It cannot get two steps ahead, because its next exchange waits for this rank's q.
+buffer sets, and ``parity`` (a device scalar flipped at the end of every long step) says
+which one the layer's next long step uses. A peer that runs one step ahead therefore writes
+into the other set: it can never overwrite a tile this rank is still scoring, nor have its q
+erased by this rank's re-arm. It cannot get two steps ahead, because its next exchange waits
+for this rank's q.
+
+The step's kernels read the set from ``current``, the exchange's copy of the parity: the
+exchange's programs each store it (the same value) after their wait, and every later
+kernel reads it after its own wait, when the exchange has completed. So the merge's
+programs can each store the flipped parity (the same value) as they finish, with no count
+of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
+for the merge.
 Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
 later kernels write -1 rows, and the host raises in ``check()``.
 
@@ -53,14 +60,9 @@ _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
 # A request is long (exchanged and scored) when its length exceeds this.
 _LONG_LEN = tl.constexpr(TOPK * PAGE)
-# The merge's int64 arrival count: programs arrived, long ones and failed ones, in fields of
-# 21 bits (IndexerDecodeCP keeps a step's rows below MAX_MERGE_ROWS).
-MAX_MERGE_ROWS = 1 << 21
 # The merge's warps: with one, its poll's block holds one copy of each key (merge_kernel).
 MERGE_WARPS = 1
 _MERGE_WARPS = tl.constexpr(MERGE_WARPS)
-_LONG = tl.constexpr(MAX_MERGE_ROWS)
-_FAILED = tl.constexpr(MAX_MERGE_ROWS * MAX_MERGE_ROWS)
 
 
 @triton.jit
@@ -102,6 +104,7 @@ def q_exchange_kernel(
     seq_lens_ptr,  # int32 [B]
     tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
     parity_ptr,  # int64 [1]
+    current_ptr,  # int64 [1] out: the parity, for the step's later kernels
     err_ptr,  # int32 [1]
     set_words,
     spin_limit,
@@ -116,6 +119,7 @@ def q_exchange_kernel(
 ):
     """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
     then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing.
+    Every program copies the parity into ``current`` (the set of this step's later kernels).
 
     It releases the scorer as soon as its own wait is over: the scorer loads the lengths,
     the compact table and its first pages before it waits for this kernel (``score_pages``'
@@ -136,7 +140,9 @@ def q_exchange_kernel(
     b = t // QLEN
     seq = tl.load(seq_lens_ptr + b)
     slot = (_SLOTS - QLEN) + t % QLEN
-    base = tl.load(parity_ptr) * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+    parity = tl.load(parity_ptr)
+    tl.store(current_ptr, parity)
+    base = parity * set_words + (b * _SLOTS + slot) * (H * _WORDS)
     tiles = peer_ptr(tile_ptrs, tl.arange(0, CP), tl.int32)  # every rank's
     hl = tl.arange(0, HR)
     w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
@@ -160,7 +166,7 @@ def push_kernel(
     seq_lens_ptr,  # int32 [B]
     n_local_ptr,  # int32 [B]
     recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
-    parity_ptr,  # int64 [1]
+    current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
     err_ptr,  # int32 [1]
     part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1), a row's group keys (two-level warp select)
     count_ptr,  # int32 [rows * H]: slices done (0 between calls)
@@ -203,18 +209,18 @@ def push_kernel(
     slot = (_SLOTS - QLEN) + i
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
     # Before the wait (the scorer lets a small push launch early: select_shape.
-    # release_select), what no kernel of the step writes: the lengths, and where the row's
-    # 16 keys go — slot RANK of the parity's set in each of the head's R owners' candidates
-    # (ranks owners .. owners + R - 1), [R, 16]. The parity was last written by this
-    # layer's merge in the step before, which had completed when this step's exchange
-    # passed its wait (the exchange releases the scorer only then).
+    # release_select), what no kernel of the step writes: the lengths, and the addresses of
+    # the head's R owners' candidates (ranks owners .. owners + R - 1).
     n_local = tl.load(n_local_ptr + b)
     own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
     owner0 = (h // HR) * R
-    slots = tl.load(parity_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK
-    dst = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)[:, None] + slots + tl.arange(0, _TOPK)[None, :]
+    owners = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)  # [R]
     pdl_wait(PDL)
     pdl_release(PDL)
+    # Where the row's 16 keys go, [R, 16]: slot RANK of the step's set, which the exchange
+    # wrote before the scorer's wait ended (the push may launch before the exchange ends).
+    slots = tl.load(current_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK
+    dst = owners[:, None] + slots + tl.arange(0, _TOPK)[None, :]
     # A slice of one chunk is loaded right after the wait, before its length is known (its
     # columns past it are unwritten, any bits, and the keys drop them); with it, whether to
     # store the keys at all (see _push).
@@ -285,10 +291,10 @@ def merge_kernel(
     seq_lens_ptr,  # int32 [B]
     recv_ptrs,  # int64 [CP]
     tile_ptrs,  # int64 [CP]
-    parity_ptr,  # int64 [1]
+    current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
+    parity_ptr,  # int64 [1] out: the set of the layer's next long step
     err_ptr,  # int32 [1]
     out_ptr,  # int32 [rows, HR, 16]
-    arrived_ptr,  # int64 [1]: the step's arrivals, long ones and failed ones (0 between steps)
     rows_max,
     set_elems,
     set_words,
@@ -298,26 +304,25 @@ def merge_kernel(
     CP: tl.constexpr,
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
-    BLOCK: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
     16 candidates of its heads is -1 (every head at once), take each head's best 15, put
     own in slot 15 and reset the candidates to -1. Then, for a long request (the only ones
-    exchanged), re-arm the row's tile slot to 0xFF. Launched once every push program has
-    started, so polling never blocks a push.
+    exchanged), re-arm the row's tile slot to 0xFF and store the flipped parity, so the
+    layer's next long step uses the other buffer set (every such program stores the same
+    value; nothing reads the parity again before the next step's exchange, which waits for
+    this grid). Launched once every push program has started, so polling never blocks a
+    push.
 
-    The last program to finish ends the step (a kernel of its own cost a launch per layer):
-    if any spin of this process timed out, every output entry becomes -1 (a timeout
-    elsewhere leaves the step's rows untrustworthy); then, if the step had a long request,
-    it flips the parity, so the layer's next long step uses the other buffer set; it
-    re-arms the arrival count. Every other program has read the parity by then. Each
-    program counts itself in (acq_rel) after its work with one atomic add that also says
-    whether its row is long and whether it saw the error flag set (at its start, or by its
-    own timeout: only the merge's timeouts write the flag while it runs), so the last one learns
-    both from the add's result instead of reading the flag and the lengths after it
-    (dependent reads at the end of every layer; fast/PERF.md).
+    A row whose program finds the error flag set (by an earlier kernel, another program's
+    timeout or its own) is written -1, short rows included: after a timeout the buffers may
+    hold stale keys, and the flag stays set until the host rebuilds the state. A row merged
+    before another program's timeout set the flag keeps its output, which is exact (its
+    candidates had all arrived). No program waits for the others: a count of who finishes
+    last, to fill every row and flip the parity once, cost 0.1-1.8 µs a layer
+    (fast/PERF.md, sixteenth session).
 
     It lets the next kernel launch at once (a dependent waits for this grid's completion
     before it reads anything; its launch is then off the critical path)."""
@@ -328,7 +333,7 @@ def merge_kernel(
     seq = tl.load(seq_lens_ptr + b)
     own = (seq - QLEN + i) // _PAGE
     k = tl.arange(0, _TOPK)
-    parity = tl.load(parity_ptr)
+    current = tl.load(current_ptr)
     # Set by an earlier kernel of the step, or by another program's timeout. Each thread
     # loads the flag itself, and warps reading it as that store lands could disagree and
     # split the poll below, whose reductions every warp joins: the program reads it as a
@@ -337,9 +342,9 @@ def merge_kernel(
     failed = tl.max(tl.max(flag, axis=1), axis=0) != 0
     if own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
-            tl.store(out_ptr + (t * HR + hl) * _TOPK + k, short_row(k, own))
+            tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.where(failed, -1, short_row(k, own)))
     else:
-        recv = peer_ptr(recv_ptrs, RANK, tl.int64) + parity * set_elems
+        recv = peer_ptr(recv_ptrs, RANK, tl.int64) + current * set_elems
         c = tl.arange(0, CP * _TOPK)  # candidate c: rank c // 16's key c % 16
         hl = tl.arange(0, HR)
         off = (((c[None, :] // _TOPK) * rows_max + t) * HR + hl[:, None]) * _TOPK + c[None, :] % _TOPK  # [HR, CP * 16]
@@ -364,28 +369,16 @@ def merge_kernel(
         dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
         if pending:
             tl.store(err_ptr, _ERR_MERGE)
+        if pending | failed:
             tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
         else:
             best = select16_rows(keys, SORT)
             tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
-        failed |= pending
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
-    if seq > _LONG_LEN:  # only long requests were exchanged
+    if seq > _LONG_LEN:  # only long requests were exchanged: the step used its buffer set
         if own + 1 <= _TOPK:
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
         hw = tl.arange(0, H * _WORDS)
-        tile = peer_ptr(tile_ptrs, RANK, tl.int32) + parity * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
+        tile = peer_ptr(tile_ptrs, RANK, tl.int32) + current * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
         tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
-    mine = 1 + tl.where(seq > _LONG_LEN, _LONG, 0).to(tl.int64) + tl.where(failed, _FAILED, 0).to(tl.int64)
-    step = tl.atomic_add(arrived_ptr, mine, sem="acq_rel") + mine
-    if step % _LONG == tl.num_programs(0):
-        if step >= _FAILED:
-            n = tl.num_programs(0) * (HR * _TOPK)
-            start = 0
-            while start < n:  # a while loop: the interpreter cannot range() over it
-                j = start + tl.arange(0, BLOCK)
-                tl.store(out_ptr + j, tl.full([BLOCK], -1, tl.int32), mask=j < n)
-                start += BLOCK
-        if step % _FAILED >= _LONG:  # some request was long: the step used its buffer set
-            tl.store(parity_ptr, 1 - parity)
-        tl.store(arrived_ptr, 0)
+        tl.store(parity_ptr, 1 - current)

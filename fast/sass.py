@@ -101,15 +101,15 @@ def compile_kernels() -> list[str]:
 
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [
-        ("q exchange", q_exchange_kernel, "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 set_words:i32 spin_limit:i32",
+        ("q exchange", q_exchange_kernel, "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 current_ptr:*i64 err_ptr:*i32 set_words:i32 spin_limit:i32",
          cp | {"R": 1, "HEAD0": 2}),
-        ("merge", merge_kernel, "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 arrived_ptr:*i64 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
-         cp | {"BLOCK": 1024, "SORT": True}),
+        ("merge", merge_kernel, "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
+         cp | {"SORT": True}),
         ("compact table", compact_table_kernel, "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 P:i32 stride_bt:i32",
          {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024}),
         ("q to tile", _q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
     ]  # fmt: skip
-    push_args = "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 parity_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32"
+    push_args = "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 current_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32"
     for split, chunk in ((1, 512), (4, 512), (1, 1024)):
         shape = SelectShape.for_width(1024 // split, chunk)
         select = {"SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True}

@@ -66,8 +66,8 @@ MUTANTS = [
         "query slots from the front",
         "kernels",
         "fast.cp_kernels",
-        "    slot = (_SLOTS - QLEN) + t % QLEN\n    base = tl.load(parity_ptr)",
-        "    slot = t % QLEN\n    base = tl.load(parity_ptr)",
+        "    slot = (_SLOTS - QLEN) + t % QLEN\n    parity = tl.load(parity_ptr)",
+        "    slot = t % QLEN\n    parity = tl.load(parity_ptr)",
     ),
     Mutant(
         "own page not forced into slot 15",
