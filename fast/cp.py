@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 # Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
+# Fewer rows a step (max_reqs x 8): the kernels' int32 offsets into a layer's buffers stay
+# below 2^31 (two tile sets of rows x H x 32 words: < 2^30 at H = 8).
+MAX_ROWS = 1 << 21
 
 
 class _StageClock:
@@ -121,7 +124,7 @@ class IndexerDecodeCP:
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
         check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
-        check_int("max_reqs", max_reqs, low=1)
+        check_int("max_reqs", max_reqs, low=1, high=(MAX_ROWS - 1) // SLOTS)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
         self.layout = HeadLayout(cp, heads)
         self.owned = self.layout.heads_of(self.rank)

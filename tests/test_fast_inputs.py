@@ -38,8 +38,8 @@ def fresh_cp():
         pytest.param(dict(world=3), ValueError, "cp", id="cp-3"),
         pytest.param(dict(heads=3), ValueError, "heads", id="heads-3"),
         pytest.param(dict(max_reqs=0), ValueError, "max_reqs", id="max-reqs-0"),
-        # the merge counts a step's rows (max_reqs * 8) in 21-bit fields
-        pytest.param(dict(max_reqs=1 << 18), ValueError, "max_reqs", id="max-reqs-past-the-merge-count"),
+        # a step's rows (max_reqs * 8) past the buffers' int32 offsets
+        pytest.param(dict(max_reqs=1 << 18), ValueError, "max_reqs", id="max-reqs-past-int32-offsets"),
     ],
 )
 def test_unsupported_state(kwargs, exc, name):
