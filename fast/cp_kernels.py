@@ -10,10 +10,12 @@ for this rank's q.
 
 The step's kernels read the set from ``current``, the exchange's copy of the parity: the
 exchange's programs each store it (the same value) after their wait, and every later
-kernel reads it after its own wait, when the exchange has completed. So the merge's
+kernel reads it once the exchange has completed (after its own wait; the merge, which does
+not wait, launches only once every push program has passed its wait). So the merge's
 programs can each store the flipped parity (the same value) as they finish, with no count
 of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
 for the merge.
+
 Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
 later kernels write -1 rows, and the host raises in ``check()``.
 
