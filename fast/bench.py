@@ -334,12 +334,10 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
     the push's work is its programs x columns, only where the keys go differs. The merge
     (the pair less the push) then selects each head's best of 16 candidates from one rank,
     not CP = 2's 32 from two, and polls nothing in flight over NVLink. µs per call
-    (``timer(fn, calls)``), launched plainly; the push alone once more under PDL, as the
-    decode launches it (its launch hidden under the kernel before it). Not the pair: a
-    push loads the parity before its wait, which is safe after the exchange that follows
-    a merge in a layer, not right after a merge that flips it. With the push's programs,
-    warps (``select_shape.push_warps``) and select shape (chunk, supers, per super,
-    group)."""
+    (``timer(fn, calls)``), launched plainly, then both once more under PDL, as the decode
+    launches them (each launch hidden under the kernel before it; the merge polls while
+    the push runs). With the push's programs, warps (``select_shape.push_warps``) and
+    select shape (chunk, supers, per super, group)."""
     rows = []
     for columns, batch, q in progress(shapes, "push, merge"):
         decode, layer, plan = push_case(device, gen, columns, batch)
@@ -348,19 +346,21 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         warps, keys = decode._push_plan(batch * q, split_plan)
         out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
 
-        def push_then_merge(_):
-            decode.push(layer, plan, q)
-            decode.merge(layer, plan, q, out)
+        def push_then_merge(d, layer, plan):
+            d.push(layer, plan, q)
+            d.merge(layer, plan, q, out)
 
         push_us = timer(lambda _: decode.push(layer, plan, q), 8)
         layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
-        pair_us = timer(push_then_merge, 8)
+        pair_us = timer(lambda _: push_then_merge(decode, layer, plan), 8)
         pdl_decode, pdl_layer, pdl_plan = push_case(device, gen, columns, batch, pdl=True)
         pdl_us = timer(lambda _: pdl_decode.push(pdl_layer, pdl_plan, q), 8)
+        pdl_layer.recv.local.fill_(-1)
+        pdl_pair_us = timer(lambda _: push_then_merge(pdl_decode, pdl_layer, pdl_plan), 8)
         rows.append({"columns": columns, "batch": batch, "query_len": q, "programs": batch * q * HEADS * split, "split": split,
                      "warps": warps, "warp_select": keys,
                      "shape": [s.chunk, s.supers, s.per_super, s.group],
-                     "us": push_us, "push_merge_us": pair_us, "pdl_us": pdl_us})  # fmt: skip
+                     "us": push_us, "push_merge_us": pair_us, "pdl_us": pdl_us, "pdl_push_merge_us": pdl_pair_us})  # fmt: skip
     return rows
 
 
@@ -449,7 +449,8 @@ def print_report(report: dict, file=sys.stdout) -> None:
                 shape = f"{r['warp_select']} groups, warp select" if r.get("warp_select") else "x".join(map(str, r["shape"][1:]))
             print(
                 f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, {r['warps']} warps, {shape}: "
-                f"push {r['us']:.1f} ({r['pdl_us']:.1f} PDL), + merge {r['push_merge_us']:.1f} (merge {r['push_merge_us'] - r['us']:.1f} by difference)",
+                f"push {r['us']:.1f} ({r['pdl_us']:.1f} PDL), + merge {r['push_merge_us']:.1f} ({r['pdl_push_merge_us']:.1f} PDL; "
+                f"merge {r['push_merge_us'] - r['us']:.1f} by difference)",
                 file=file,
             )
     if report.get("layers"):

@@ -137,9 +137,9 @@ def test_bench_report_prints_every_section():
         "select": [{"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "pdl": False, "us": 5.0},
                    {"pages": 8192, "batch": 1, "heads": 2, "split": 16, "default": True, "pdl": True, "us": 4.0},
                    {"pages": 8192, "batch": 1, "heads": 2, "split": 1, "default": False, "pdl": False, "us": 13.0}],  # fmt: skip
-        "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1, "push_merge_us": 8.6, "pdl_us": 5.0},
-                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0, "pdl_us": 17.0},
-                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "warp_select": 1024, "shape": [1024, 128, 8, 4], "us": 12.0, "push_merge_us": 15.0, "pdl_us": 11.0}],  # fmt: skip
+        "push": [{"columns": 512, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "shape": [512, 16, 1, 1], "us": 6.1, "push_merge_us": 8.6, "pdl_us": 5.0, "pdl_push_merge_us": 7.0},
+                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 2, "shape": [1024, 128, 8, 4], "us": 18.4, "push_merge_us": 21.0, "pdl_us": 17.0, "pdl_push_merge_us": 19.0},
+                 {"columns": 4096, "batch": 64, "query_len": 4, "programs": 1024, "split": 1, "warps": 1, "warp_select": 1024, "shape": [1024, 128, 8, 4], "us": 12.0, "push_merge_us": 15.0, "pdl_us": 11.0, "pdl_push_merge_us": 13.0}],  # fmt: skip
         "world": 2,
         "layers": [layer],
         "targets": [{"target": "a target", "figures": "1.0x", "met": False}, {"target": "another", "figures": "not measured", "met": None}],
@@ -149,7 +149,7 @@ def test_bench_report_prints_every_section():
     text = out.getvalue()
     assert "0.75x" in text and "     7.0     6.5 " in text and "9.5/16.0" in text and "dequant=prmt" in text and "batch   1  split 16: 5.0\n" in text and "split 16: 4.0  (PDL)\n" in text
     assert "split  1: 13.0  (not the default)" in text
-    assert "1024 programs, 1 warps, one chunk: push 6.1 (5.0 PDL), + merge 8.6 (merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4 (17.0 PDL), + merge" in text
+    assert "1024 programs, 1 warps, one chunk: push 6.1 (5.0 PDL), + merge 8.6 (7.0 PDL; merge 2.5 by difference)\n" in text and "2 warps, 128x8x4: push 18.4 (17.0 PDL), + merge" in text
     assert "1 warps, 1024 groups, warp select: push 12.0" in text
     assert "  [MISSED] a target: 1.0x\n  [not measured] another: not measured\n" in text
 
@@ -227,7 +227,7 @@ def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times
         return 1.0
 
     timed = bench.push_section(dev, torch.Generator().manual_seed(1), shapes=((columns, batch, q),), timer=once)
-    assert [(r["programs"], r["split"], r["us"], r["push_merge_us"], r["pdl_us"]) for r in timed] == [(rows * heads, 1, 1.0, 1.0, 1.0)]
+    assert [(r["programs"], r["split"], r["us"], r["push_merge_us"], r["pdl_us"], r["pdl_push_merge_us"]) for r in timed] == [(rows * heads, 1, 1.0, 1.0, 1.0, 1.0)]
 
 
 def test_gaussian_cache_pool_holds_quantized_keys():
