@@ -222,10 +222,11 @@ class IndexerDecodeCP:
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         split_plan = self._split(rows)
+        warps, _ = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
             q_sel=layer.current, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split_plan[0]), first_slot=SLOTS - query_len,
+            release=self.pdl and release_select(rows * self.heads * split_plan[0], warps, split_plan[1]), first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
         self._push(layer, plan, query_len, split_plan)

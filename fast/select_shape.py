@@ -20,6 +20,7 @@ MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into (fast/PERF.md)
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
 RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
+RELEASE_COLUMNS = 2048  # widest one-warp push the scorer launches early (release_select)
 QUEUED_PER_SM = 4  # fewest programs per SM of a CP push that runs on fewer warps (push_warps)
 WARP_SELECT_PER_SM = 2  # the same for a push through warp_select's PTX block (push_warps)
 PUSH_GROUP = 4  # columns per group of the CP push's last level (SelectShape.for_width)
@@ -85,15 +86,25 @@ def select_split(programs: int, width: int, sms: int) -> int:
     return split if split >= MIN_SPLIT else 1
 
 
-def release_select(programs: int) -> bool:
-    """Whether the scorer lets a select of ``programs`` programs (rows x heads x split)
-    launch at once under PDL (``score_pages``' release) rather than at its end. Early, the
-    launch is hidden, but the programs land several to an SM on the SMs the scorer frees
-    first. Measured (fast/PERF.md, seventh session; layers, µs, release / not): a CP push of 4
+def release_select(programs: int, warps: int = 4, columns: int = 0) -> bool:
+    """Whether the scorer lets a select of ``programs`` programs (rows x heads x split) of
+    ``warps`` warps and ``columns`` columns each launch at once under PDL (``score_pages``'
+    release) rather than at its end: a small grid, or one-warp programs of at most
+    RELEASE_COLUMNS columns (a CP push queued several to an SM anyway, ``push_warps``).
+    Early, the launch is hidden, but the programs land several to an SM on the SMs the
+    scorer frees first: that costs a grid of latency-bound four-warp selects, and one of
+    long one-warp selects, more than it saves.
+
+    Measured (fast/PERF.md, seventh session; layers, µs, release / not): a CP push of 4
     programs (128K, batch 1) 11.4 / 12.2, of 64 (1M, batch 1, 16 slices) 27.2 / 26.9, of 128
     (128K, batch 32) 64.6 / 63.4; a stock select of 2 (8K, batch 1) 5.0 / 5.2, of 32 (1M,
-    batch 1) 35.4 / 35.6, of 512 (128K, batch 64, q 4) 212.2 / 210.1."""
-    return programs <= RELEASE_PROGRAMS
+    batch 1) 35.4 / 35.6, of 512 (128K, batch 64, q 4) 212.2 / 210.1. Seventeenth session
+    (CP = 1 layers on one GPU, medians of 2-4 alternating rounds, release / not): one-warp
+    pushes of 1024 programs (batch 64, q 4) at 128 columns 35.8 / 36.4, 512 113.3 / 113.5,
+    1024 213.5 / 214.2, 2048 410.9 / 412.8, but 4096 816.8 / 810.2; of 512 programs (batch
+    32, q 4) at 512 columns 62.4 / 63.0, 4096 414.1 / 414.9; four-warp pushes of 256
+    programs (batch 64, q 1) at 1024 columns 188.7 / 185.1."""
+    return programs <= RELEASE_PROGRAMS or (warps == 1 and columns <= RELEASE_COLUMNS)
 
 
 def push_warps(programs: int, one_chunk: bool, sms: int, warp_select: bool = False) -> int:

@@ -206,6 +206,18 @@ def test_select_split_policy_and_validation():
             StockDecode(heads=1, max_reqs=1, device=DEV, split=bad)
 
 
+def test_release_policy():
+    """The scorer launches a small select grid early, and a CP push of one-warp programs up
+    to 2048 columns; not latency-bound four-warp selects, nor one-warp 4096-column pushes
+    (both measured slower released: select_shape.release_select)."""
+    from fast.select_shape import release_select
+
+    assert release_select(32) and not release_select(33)  # a stock select: four warps
+    assert release_select(1024, warps=1, columns=512) and release_select(1024, warps=1, columns=2048)
+    assert not release_select(1024, warps=1, columns=4096)
+    assert not release_select(256, warps=4, columns=1024) and not release_select(1024, warps=2, columns=1024)
+
+
 @settings(max_examples=20)
 @given(decode_configs(max_pages=60, patterns=EXACT))
 def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
