@@ -210,7 +210,7 @@ def push_kernel(
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-    # Before the wait (the scorer lets a small push launch early: select_shape.
+    # Before the wait (the scorer lets a small or one-warp push launch early: select_shape.
     # release_select), what no kernel of the step writes: the lengths, and the addresses of
     # the head's R owners' candidates (ranks owners .. owners + R - 1).
     n_local = tl.load(n_local_ptr + b)
