@@ -222,14 +222,14 @@ class IndexerDecodeCP:
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         split_plan = self._split(rows)
-        warps, _ = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
+        push_plan = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
         score_pages(
             tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
             q_sel=layer.current, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split_plan[0], warps, split_plan[1]), first_slot=SLOTS - query_len,
+            release=self.pdl and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]), first_slot=SLOTS - query_len,
         )  # fmt: skip
         clock.lap("score")
-        self._push(layer, plan, query_len, split_plan)
+        self._push(layer, plan, query_len, split_plan, push_plan)
         clock.lap("push")
         self.merge(layer, plan, query_len, out)
         clock.lap("merge")
@@ -259,14 +259,16 @@ class IndexerDecodeCP:
         owners' slots of ``layer.recv`` (in the set of the layer's last exchange,
         ``layer.current``). The keys stay there (the merge re-arms them): before
         forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank."""
-        self._push(layer, plan, query_len, self._split(plan.batch * query_len))
+        rows = plan.batch * query_len
+        split_plan = self._split(rows)
+        self._push(layer, plan, query_len, split_plan, self._push_plan(rows, split_plan))
 
-    def _push(self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple) -> None:
-        """``push`` with its ``_split`` already planned (forward plans it once, for the
-        scorer's release too)."""
+    def _push(self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple, push_plan: tuple) -> None:
+        """``push`` with its ``_split`` and ``_push_plan`` already planned (forward plans
+        them once, for the scorer's release too)."""
         split, columns, s = split_plan
         rows = plan.batch * query_len
-        warps, keys = self._push_plan(rows, split_plan)
+        warps, keys = push_plan
         push_kernel[(rows, self.heads, split)](
             plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.current, self.error, self._parts, self._counts,
             self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
