@@ -441,7 +441,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
             note = "  (not the default)" if not r["default"] else "  (PDL)" if r.get("pdl") else ""
             print(f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{note}", file=file)
     if report.get("push"):
-        print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call; 'PDL': the push launched as the decode does", file=file)
+        print(f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 candidates a head from one rank), µs per call; 'PDL': launched as the decode does (the push alone, and the pair)", file=file)
         for r in report["push"]:
             if r["columns"] <= r["shape"][0]:
                 shape = "warp select" if r.get("warp_select") else "one chunk"
