@@ -9,8 +9,9 @@ erased by this rank's re-arm. It cannot get two steps ahead, because its next ex
 for this rank's q.
 
 The step's kernels read the set from ``current``, the exchange's copy of the parity: the
-exchange's programs each store it (the same value) after their wait, and every later
-kernel reads it once the exchange has completed (after its own wait; the merge, which does
+exchange's programs each store it (the same value) once the kernel before them has
+completed (their PDL wait, before their own stores and spin), and every later kernel reads
+it once the exchange has completed (after its own wait; the merge, which does
 not wait, launches only once every push program has passed its wait). So the merge's
 programs can each store the flipped parity (the same value) as they finish, with no count
 of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
