@@ -41,6 +41,12 @@ def _q_to_tile_kernel(
 
 
 @triton.jit
+def _min_max(lo_a, hi_a, lo_b, hi_b):
+    """``tl.reduce``'s combine for a row's (min, max) in one pass."""
+    return tl.minimum(lo_a, lo_b), tl.maximum(hi_a, hi_b)
+
+
+@triton.jit
 def _stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
@@ -86,6 +92,7 @@ def _stock_topk_kernel(
     # (any bits); the masks below drop them.
     j = tl.arange(0, WIDTH)
     row = tl.load(row_ptr + j, mask=j < P, other=0.0)
+    first = tl.load(row_ptr)  # column 0: P >= 1 (checks.plan_inputs)
     one_chunk: tl.constexpr = WIDTH // SPLIT <= CHUNK
     cols = s * (WIDTH // SPLIT) + tl.arange(0, WIDTH // SPLIT)
     if one_chunk and SPLIT > 1:
@@ -100,8 +107,11 @@ def _stock_topk_kernel(
             tl.store(dst, short_row(k, own))
     else:
         n = tl.minimum(own, P)
-        lo = tl.min(tl.where(j < n, row, float("inf")), axis=0)
-        hi = tl.max(tl.where(j < n, row, float("-inf")), axis=0)
+        # Both ends in one reduction, column 0's score (ranked: n >= 1 here) standing in for
+        # the columns from n on, which moves neither end: one select a column, not two, and
+        # one reduction tree (0.05-0.15 µs a select, fast/PERF.md).
+        ranked = tl.where(j < n, row, first)
+        lo, hi = tl.reduce((ranked, ranked), 0, _min_max)
         span = hi - lo
         scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
         bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
