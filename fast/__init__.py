@@ -1,9 +1,31 @@
-"""The Triton implementation of CP decode: kernels, symmetric buffers, rank launcher.
+"""The Triton implementation of CP decode for the MiniMax-M3 NVFP4 indexer: what a server
+imports. The contract is ``docs/DESIGN.md``; the tools (benchmark, demo, CLI, rank
+launcher) are ``fast.tools`` and are not loaded from here.
 
-Importing any part of ``fast`` first settles the backend (``fast.backend``): Triton reads
+Importing ``fast`` first settles where kernels run (``fast.backend``): Triton reads
 ``TRITON_INTERPRET`` when a kernel is defined, so it must be set before a kernel module loads.
 """
 
 from .backend import select_backend
 
 BACKEND = select_backend()
+
+from .cp import IndexerDecodeCP, PeerTimeoutError, build_cp_decode  # noqa: E402
+from .graphs import GraphedDecode  # noqa: E402
+from .scorer import score_pages  # noqa: E402
+from .stock import StockDecode  # noqa: E402
+from .symm import ShmSymmetric, SingleRankSymmetric, open_cuda_symmetric  # noqa: E402
+
+__all__ = [
+    "BACKEND",  # "cuda" or "cpu" (the Triton interpreter): where this process runs kernels
+    "GraphedDecode",  # decode layers replayed from one CUDA graph per padded batch size
+    "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check()
+    "PeerTimeoutError",  # raised by check() when a peer never delivered
+    "ShmSymmetric",  # symmetric buffers of CPU rank processes (/dev/shm files)
+    "SingleRankSymmetric",  # a one-rank "symmetric" allocator (CP = 1, tests, benchmark)
+    "StockDecode",  # one rank's stock (non-CP) decode, the fallback
+    "build_cp_decode",  # the CP state, or None (with the reason logged) where CP cannot run
+    "open_cuda_symmetric",  # collective: torch symmetric memory over the ranks' GPUs, or why not
+    "score_pages",  # the Q8KV4 page scorer on the tensors' device
+    "select_backend",  # "cuda" when a GPU is present, else the interpreter ("cpu")
+]

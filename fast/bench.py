@@ -40,7 +40,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS, TOPK
+from indexer_constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS, TOPK
 
 from .targets import judge
 

@@ -1,12 +1,38 @@
 """Host-side checks of the fast path's inputs: metadata only (no device sync), a clear
-exception naming the argument, raised before any kernel is launched."""
+exception naming the argument (``"name: ..."``), raised before any kernel is launched.
+
+Written for ``fast`` on its own (the reference validates its inputs with its own code);
+``tests/test_rules.py`` holds the two to the same verdicts.
+"""
 
 from __future__ import annotations
 
 import torch
 
-from reference.constants import HEAD_DIM, MAX_QUERY_LEN, PAGE, ROW_BYTES, TOPK
-from reference.validate import check_int, check_tensor
+from indexer_constants import HEAD_DIM, MAX_QUERY_LEN, PAGE, ROW_BYTES, SLOTS, TOPK
+
+
+def check_int(name: str, value, *, allowed=None, low=None, high=None) -> int:
+    """A Python int (not a bool) in ``allowed`` and ``low..high``; TypeError / ValueError
+    naming the argument otherwise. Returns it."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
+    if allowed is not None and value not in allowed:
+        raise ValueError(f"{name}: must be one of {tuple(allowed)}, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        bound = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise ValueError(f"{name}: must be {bound}, got {value}")
+    return value
+
+
+def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
+    """A torch.Tensor of ``dtype`` with ``dims`` dimensions, or TypeError / ValueError."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
+    if x.dim() != dims:
+        raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
 
 
 def _tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -> None:
@@ -50,3 +76,22 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
 
+
+
+def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
+    """The scorer's operands: q_tile ``[B, 8, Hs, 128]`` (E4M3 or its bytes), block_table
+    int32 ``[B, W]``, out float32 ``[B, 8 * Hs, W]`` with contiguous columns. Returns
+    (B, Hs, W)."""
+    if not isinstance(q_tile, torch.Tensor) or q_tile.dim() != 4:
+        raise ValueError(f"q_tile: expected a tensor [B, {SLOTS}, Hs, {HEAD_DIM}], got {getattr(q_tile, 'shape', q_tile)!r}")
+    batch, slots, hs, dim = q_tile.shape
+    if slots != SLOTS or dim != HEAD_DIM:
+        raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
+    check_tensor("block_table", block_table, torch.int32, 2)
+    width = block_table.shape[1]
+    check_tensor("out", out, torch.float32, 3)
+    if tuple(out.shape) != (batch, SLOTS * hs, width):
+        raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {list(out.shape)}")
+    if out.stride(2) != 1:
+        raise ValueError(f"out: columns must be contiguous (strides {out.stride()})")
+    return batch, hs, width

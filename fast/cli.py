@@ -8,7 +8,7 @@ import torch
 
 from reference.cases import Case
 from reference.cli import run_command
-from reference.constants import SUPPORTED_CP
+from indexer_constants import SUPPORTED_CP
 
 from .backend import gpu_count
 from .bench import run_bench

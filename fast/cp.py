@@ -12,14 +12,13 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
-from reference.cp import HeadLayout, compact_width
-from reference.validate import check_int
-
+from indexer_constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
 from . import checks
 from .backend import pdl_options, sm_count
 from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .checks import check_int
 from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
+from .layout import HeadLayout, compact_width
 from .scorer import score_pages
 from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
 from .symm import Symmetric, SymmetricTensor

@@ -31,7 +31,7 @@ sets need. Every rank sees the same lengths, so every rank makes the same choice
 import triton
 import triton.language as tl
 
-from reference.constants import PAGE, SLOTS, TOPK
+from indexer_constants import PAGE, SLOTS, TOPK
 
 from .jit_helpers import (
     ERR_MERGE_TIMEOUT,

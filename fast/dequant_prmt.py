@@ -17,14 +17,10 @@ interpreter uses the table gather in ``scorer.py``, and ``tests/test_gpu_dequant
 both paths against the reference on every (scale byte, code) pair.
 """
 
-import functools
-
-import torch
 import triton
 import triton.language as tl
 
-from reference.constants import CODE_BYTES
-from reference.nvfp4 import dequant_table
+from indexer_constants import CODE_BYTES
 
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
 
@@ -114,20 +110,6 @@ def _group_asm(table_from_scale: bool) -> str:
 GROUP_ASM = tl.constexpr(_group_asm(table_from_scale=True))
 # scorer_wgmma.py's, which hands each group its table words from ``scale_tables``.
 GROUP_ASM_TABLED = tl.constexpr(_group_asm(table_from_scale=False))
-
-
-def scale_tables(device) -> torch.Tensor:
-    """int64 ``[256]``: entry s holds the 8 E4M3 bytes ``T[m] = e4m3(e2m1(m) * scale(s))``,
-    m = 0..7, byte m = T[m]: what ``_TABLE_BODY`` builds from scale byte s, by the
-    reference's rounding (``reference.nvfp4.dequant_table``; a negative scale's T[0] is -0
-    in both). Cached per device: no allocation inside a graph capture."""
-    return _scale_tables(str(device))
-
-
-@functools.cache
-def _scale_tables(device: str) -> torch.Tensor:
-    magnitudes = dequant_table()[:, :8].to(torch.float8_e4m3fn).view(torch.uint8).contiguous()
-    return magnitudes.view(torch.int64).reshape(256).to(device)
 
 
 @triton.jit

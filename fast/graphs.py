@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from reference.constants import HEAD_DIM, TOPK
+from indexer_constants import HEAD_DIM, TOPK
 
 from .cp import IndexerDecodeCP
 from .stock import StockDecode

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import torch
 
-from reference.constants import SLOTS
-from reference.cp import HeadLayout
+from indexer_constants import SLOTS
 
 from .cp import IndexerDecodeCP, build_cp_decode
+from .layout import HeadLayout
 from .rendezvous import Rendezvous
 from .stock import StockDecode
 

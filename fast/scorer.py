@@ -20,12 +20,11 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES, SLOTS
-from reference.nvfp4 import dequant_table
-from reference.scores import check_score_shapes
-
+from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES, SLOTS
 from .backend import pdl_options, sm_count
-from .dequant_prmt import dequant_prmt, load_page_prmt, scale_tables
+from .checks import score_shapes
+from .dequant_prmt import dequant_prmt, load_page_prmt
+from .tables import dequant_lut, scale_tables
 from .jit_helpers import pdl_wait
 from .scorer_wgmma import WGMMA_DEPTH, _score_kernel_wgmma, mma_rows, partial_maxima, rows_for
 from .scorer_wgmma import max_registers as wgmma_max_registers
@@ -37,15 +36,6 @@ _CODE_BYTES = tl.constexpr(CODE_BYTES)
 # The prmt scorer's pages per program and tokens per MMA block (fast/PERF.md: measured).
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
-
-
-@functools.cache
-def dequant_lut(device: str) -> torch.Tensor:
-    """fp16 ``[256 * 16]``: entry ``scale_byte * 16 + code`` is ``e4m3(e2m1(code) * scale)``.
-
-    Built once per device by torch's (correct) conversion; every E4M3 value is exact in fp16.
-    """
-    return dequant_table().to(torch.float16).reshape(-1).contiguous().to(device)
 
 
 @functools.cache
@@ -243,9 +233,7 @@ def score_pages(
     loads_only: the bench's probe of the wgmma kernel's memory side — the same loads, no
     decode, no MMA, ``out`` untouched.
     """
-    batch, hs, width = check_score_shapes(q_tile, block_table, out)
-    if out.stride(2) != 1:
-        raise ValueError(f"out: columns must be contiguous (strides {out.stride()})")
+    batch, hs, width = score_shapes(q_tile, block_table, out)
     if batch == 0 or width == 0:
         return out
     device = q_tile.device

@@ -42,7 +42,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 from triton.runtime.jit import constexpr_function
 
-from reference.constants import CODE_BYTES, PAGE, PAGE_BYTES
+from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from .dequant_prmt import GROUP_ASM_TABLED
 

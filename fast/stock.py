@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from reference.constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
+from indexer_constants import HEAD_DIM, MAX_PAGES, SLOTS, TOPK
 
 from . import checks
 from .backend import pdl_options, resolve_device

@@ -6,7 +6,7 @@ margins: fast/PERF.md)."""
 
 from __future__ import annotations
 
-from reference.constants import PAGE
+from indexer_constants import PAGE
 
 SCORER_FRACTION = 0.85  # of the streaming-read ceiling ...
 SCORER_FROM = 8 * 131072  # ... from this batch x context (tokens) on

@@ -19,7 +19,7 @@ from hypothesis.control import currently_in_test_context
 import reference
 from reference import cp as ref_cp
 from reference.cases import EXACT_PATTERNS, PATTERNS
-from reference.constants import PAGE
+from indexer_constants import PAGE
 from reference.decode import full_scores
 from reference.selection import own_pages, stock_keys
 from reference.validate import check_decode_inputs

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .constants import HEAD_DIM, PAGE
+from indexer_constants import HEAD_DIM, PAGE
 from .nvfp4 import join_pages, quantize_nvfp4
 
 PATTERNS = ("random", "gaussian", "exact", "ties", "clustered", "zeros")

@@ -9,7 +9,7 @@ import time
 import torch
 
 from .cases import PATTERNS, Case, make_case, seq_len_for
-from .constants import MAX_PAGES, PAGE, RANKED, SUPPORTED_CP, TOPK
+from indexer_constants import MAX_PAGES, PAGE, RANKED, SUPPORTED_CP, TOPK
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
 from .selection import keys_to_pages, keys_to_scores

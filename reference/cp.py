@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
+from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 from .decode import UNWRITTEN_Q, query_rows
 from .scores import score_pages
 from .selection import assemble_rows, exact_keys, own_pages, top_keys, two_level_top16

@@ -11,7 +11,7 @@ import functools
 
 import torch
 
-from .constants import (
+from indexer_constants import (
     CODE_BYTES,
     E2M1_MAGNITUDES,
     E4M3_MAX,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
+from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from .constants import KEY_VALID_BIT, NO_KEY, PAGE_MASK, RANKED, TOPK
+from indexer_constants import KEY_VALID_BIT, NO_KEY, PAGE_MASK, RANKED, TOPK
 
 # Long rows of the local top-16 use a two-level select over groups of this many columns:
 # the top 16 groups by group maximum, then the top 16 of those groups' members. Small, so

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .constants import (
+from indexer_constants import (
     HEAD_DIM,
     MAX_PAGES,
     MAX_QUERY_LEN,

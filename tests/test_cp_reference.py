@@ -7,7 +7,7 @@ from hypothesis import example, given
 from fuzz.strategies import DecodeConfig, decode_configs
 from reference import compact_width, cp_decode, full_decode
 from reference.cases import EDGE_PAGES, make_case, seq_len_for
-from reference.constants import PAGE, SLOTS, TOPK
+from indexer_constants import PAGE, SLOTS, TOPK
 
 
 def run_cp(cfg: DecodeConfig, case):

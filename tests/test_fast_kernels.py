@@ -19,7 +19,7 @@ from fast.symm import SingleRankSymmetric
 from fast.warp_select import warp_asm_options
 from fuzz.strategies import DecodeConfig, decode_configs
 from reference.cases import EXACT_PATTERNS, every_element_case, make_case, seq_len_for
-from reference.constants import PAGE, SLOTS
+from indexer_constants import PAGE, SLOTS
 from reference.cp import long_requests, plan_rank
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4

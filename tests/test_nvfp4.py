@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reference import dequantize_nvfp4, quantize_nvfp4
-from reference.constants import CODE_BYTES, PAGE_BYTES
+from indexer_constants import CODE_BYTES, PAGE_BYTES
 from reference.nvfp4 import dequant_table, e4m3_byte_values, e2m1_values, split_pages
 
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from fuzz.strategies import decode_configs
 from fuzz.targets import Context, check_stock
 from reference import full_decode, stock_decode
-from reference.constants import CODE_BYTES, PAGE_BYTES
+from indexer_constants import CODE_BYTES, PAGE_BYTES
 
 
 @given(decode_configs(max_pages=120))

@@ -1,4 +1,8 @@
-"""Fixed numbers of the contract (DESIGN.md §2) and the NVFP4 page layout (§3)."""
+"""Fixed numbers of the contract (docs/DESIGN.md §2) and the NVFP4 page layout (§3).
+
+Numbers only, no rules: both halves import them (`reference/` and `fast/`), and every rule
+that uses them is computed by each half on its own.
+"""
 
 PAGE = 128  # tokens per KV page
 HEAD_DIM = 128  # index head dimension

@@ -1,0 +1,152 @@
+"""Every rule ``fast`` computes for itself, held against the reference's own version.
+
+``fast`` imports no rule from ``reference`` (a bug shared by both would be invisible to
+every comparison between them): these tests are where the two meet.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fast import checks, layout, tables
+from indexer_constants import SUPPORTED_CP, SUPPORTED_HEADS
+from reference import cp as ref_cp
+from reference.cases import make_case
+from reference import nvfp4 as ref_nvfp4
+from reference import scores as ref_scores
+from reference import validate as ref_validate
+
+
+def test_runtime_imports_no_reference():
+    """The public API loads without the reference (a fresh interpreter)."""
+    code = (
+        "import sys, fast\n"
+        "from fast import build_cp_decode, StockDecode, GraphedDecode, open_cuda_symmetric\n"
+        "bad = [m for m in sys.modules if m == 'reference' or m.startswith('reference.') or m.startswith('fast.tools')]\n"
+        "assert not bad, bad\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+@pytest.mark.parametrize("cp", SUPPORTED_CP)
+@pytest.mark.parametrize("heads", SUPPORTED_HEADS)
+def test_head_layout_matches_reference(cp, heads):
+    mine, ref = layout.HeadLayout(cp, heads), ref_cp.HeadLayout(cp, heads)
+    assert (mine.heads_per_rank, mine.replicas) == (ref.heads_per_rank, ref.replicas)
+    for rank in range(cp):
+        assert mine.heads_of(rank) == ref.heads_of(rank)
+    owners = [r for h in range(heads) for r in range(cp) if h in mine.heads_of(r)]
+    assert len(owners) == heads * mine.replicas  # every head owned, R times
+
+
+@pytest.mark.parametrize("cp", SUPPORTED_CP)
+def test_compact_width_matches_reference(cp):
+    for pages in [*range(1, 70), 127, 128, 129, 4095, 4096, 4097, 8191, 8192]:
+        assert layout.compact_width(pages, cp) == ref_cp.compact_width(pages, cp), pages
+
+
+def test_dequant_bytes_match_reference_on_every_pair():
+    """Each (scale byte, code) pair: fast's ladder rounding against torch's conversion, to
+    the byte (-0 included); the NaN scales (0x7F, 0xFF) give NaN in both."""
+    ref = ref_nvfp4.dequant_table()
+    nan = ref.isnan()
+    assert int(nan.sum()) == 32 and bool(nan[[0x7F, 0xFF]].all())
+    ref_bytes = ref.to(torch.float8_e4m3fn).view(torch.uint8)
+    mine = tables.dequant_bytes()
+    assert torch.equal(mine[~nan], ref_bytes[~nan])
+    assert bool((mine[nan] & 0x7F == 0x7F).all())
+
+
+def test_scorer_tables_follow_the_bytes():
+    lut = tables.dequant_lut("cpu").view(256, 16)
+    ref = ref_nvfp4.dequant_table().to(torch.float16)
+    same = (lut == ref) & (lut.signbit() == ref.signbit())
+    assert bool((same | ref.isnan()).all())
+    packed = tables.scale_tables("cpu").view(torch.uint8).view(256, 8)
+    assert torch.equal(packed, tables.dequant_bytes()[:, :8])
+
+
+def test_round_e4m3_edges():
+    assert tables.round_e4m3(448.0) == 0x7E
+    assert tables.round_e4m3(1e9) == 0x7E  # saturates
+    assert tables.round_e4m3(2.0**-10) == 0x00  # half the least subnormal: ties to even (0)
+    assert tables.round_e4m3(3 * 2.0**-10) == 0x02  # 1.5 subnormal steps: to even (2)
+    assert tables.round_e4m3(0.0) == 0x00
+
+
+_INT_CASES = [
+    ("q", 3, dict(low=1, high=8)),
+    ("q", 0, dict(low=1, high=8)),
+    ("q", 9, dict(low=1, high=8)),
+    ("q", True, dict(low=1)),
+    ("q", 2.0, dict(low=1)),
+    ("cp", 3, dict(allowed=SUPPORTED_CP)),
+    ("cp", 4, dict(allowed=SUPPORTED_CP)),
+    ("n", -1, dict(low=0)),
+]
+
+
+def _verdict(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+    except (TypeError, ValueError) as e:
+        return type(e), str(e).split(":")[0]
+    return None
+
+
+@pytest.mark.parametrize("name,value,bounds", _INT_CASES, ids=[f"{n}={v!r}" for n, v, _ in _INT_CASES])
+def test_check_int_matches_reference(name, value, bounds):
+    assert _verdict(checks.check_int, name, value, **bounds) == _verdict(ref_validate.check_int, name, value, **bounds)
+
+
+_TENSORS = [
+    torch.zeros(2, 3, dtype=torch.int32),
+    torch.zeros(2, dtype=torch.int32),
+    torch.zeros(2, 3, dtype=torch.int64),
+    [[0, 1]],
+    None,
+]
+
+
+@pytest.mark.parametrize("x", _TENSORS, ids=["ok", "dims", "dtype", "list", "none"])
+def test_check_tensor_matches_reference(x):
+    args = ("block_table", x, torch.int32, 2)
+    assert _verdict(checks.check_tensor, *args) == _verdict(ref_validate.check_tensor, *args)
+
+
+@pytest.mark.parametrize(
+    "q_shape,table_shape,out_shape",
+    [
+        ((2, 8, 4, 128), (2, 5), (2, 32, 5)),
+        ((2, 7, 4, 128), (2, 5), (2, 28, 5)),
+        ((2, 8, 4, 64), (2, 5), (2, 32, 5)),
+        ((2, 8, 4, 128), (2, 5), (2, 32, 6)),
+        ((2, 8, 4, 128), (2, 5), (3, 32, 5)),
+        ((2, 8, 1, 128), (2, 5), (2, 16, 5)),
+    ],
+    ids=["ok", "slots", "dim", "width", "batch", "rows"],
+)
+def test_score_shapes_match_reference(q_shape, table_shape, out_shape):
+    q = torch.zeros(q_shape, dtype=torch.uint8)
+    table = torch.zeros(table_shape, dtype=torch.int32)
+    out = torch.zeros(out_shape)
+    assert _verdict(checks.score_shapes, q, table, out) == _verdict(ref_scores.check_score_shapes, q, table, out)
+
+
+def test_fast_checks_reject_what_the_reference_rejects():
+    """The forward's shape checks and the reference's decode checks name the same argument
+    for the same bad shape (the checks that need values are the reference's alone)."""
+    good = make_case(0, [3000], query_len=2, heads=4, pattern="exact")
+    bad = {
+        "index_q": good.index_q[:, :, :64].contiguous(),
+        "k_cache": good.k_cache[:, :, :70].contiguous(),
+        "query_len": 9,
+    }
+    for name, value in bad.items():
+        args = dict(index_q=good.index_q, k_cache=good.k_cache, query_len=good.query_len) | {name: value}
+        out = torch.zeros(good.index_q.shape[0], 4, 16, dtype=torch.int32)
+        mine = _verdict(checks.forward_inputs, args["index_q"], args["k_cache"], out, args["query_len"], 1, 4, torch.device("cpu"))
+        ref = _verdict(ref_validate.check_decode_inputs, args["index_q"], args["k_cache"], good.block_table, good.seq_lens, args["query_len"])
+        assert mine is not None and ref is not None and mine[1] == ref[1] == name, (name, mine, ref)
