@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
 # at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case arms below;
-# test-units + test-ranks are make test's two steps). Never multicast (DESIGN.md §7).
+# test-units + test-ranks are make test's two steps). Never multicast (docs/DESIGN.md §8).
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpu-session}
@@ -19,20 +19,20 @@ stage() {  # stage NAME LIMIT_S COMMAND...
 for s in "$@"; do
     case $s in
     info) stage info 60 "nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.device_count())'" ;;
-    dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_dequant.py" ;;
+    dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_scorer.py" ;;
     test) stage test 900 "make test" ;;
     test-units) stage test-units 500 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
-    test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_dequant.py tests/test_gpu_graphs.py tests/test_fast_kernels.py tests/test_fast_inputs.py" ;;
+    test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_scorer.py tests/test_gpu_graphs.py tests/test_scorer.py tests/test_select_levels.py tests/test_warp_select.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_input_checks.py" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
-    refail) stage refail 90 "python3 -m pytest -q -x tests/test_fast_kernels.py -k 'stock_topk or cp1' tests/test_fuzz_cli.py" ;;
+    refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k "stock_topk or cp1 or replay"" ;;
     bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
     bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
-    ncu) stage ncu 240 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.bench import scorer_once; scorer_once()'" ;;
-    ncu-stalls) stage ncu-stalls 120 "ncu --kernel-name regex:_score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c 'from fast.bench import scorer_once; scorer_once(hs=4)'" ;;
+    ncu) stage ncu 240 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.tools.bench import scorer_once; scorer_once()'" ;;
+    ncu-stalls) stage ncu-stalls 120 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c 'from fast.tools.bench import scorer_once; scorer_once(hs=4)'" ;;
     scorer) stage scorer 300 "python3 -m fast bench --world 1 --contexts 131072 1048576 --batches 8 32 --out $OUT/scorer" ;;
-    sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_dequant.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
+    sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;
     esac

@@ -17,7 +17,7 @@ def select_backend() -> str:
 
     An explicit ``TRITON_INTERPRET=1`` in the environment forces ``"cpu"``;
     ``FAST_COMPILE_ONLY=1`` forces ``"cuda"`` without a GPU, so kernels can be compiled for
-    sm_90 and read (``python -m fast.sass``) but not run.
+    sm_90 and read (``python -m fast.tools.sass``) but not run.
     """
     if os.environ.get("FAST_COMPILE_ONLY") == "1":
         return "cuda"
@@ -43,12 +43,12 @@ def p2p_gpus() -> int:
     return best
 
 
-def default_device() -> "torch.device":
+def default_device() -> torch.device:
     """Where single-process fast tests and tools put tensors: the GPU if one is used."""
     return resolve_device("cuda" if select_backend() == "cuda" else "cpu")
 
 
-def resolve_device(device) -> "torch.device":
+def resolve_device(device) -> torch.device:
     """A device with its index filled in (``cuda`` -> ``cuda:N``, the current one), so it
     compares equal to the device of the tensors placed on it."""
     device = torch.device(device)

@@ -11,6 +11,10 @@ import torch
 
 from indexer_constants import HEAD_DIM, MAX_QUERY_LEN, PAGE, ROW_BYTES, SLOTS, TOPK
 
+# Most requests a decode state holds: the kernels' int32 offsets into a layer's buffers stay
+# below 2^31 (two tile sets of max_reqs x 8 rows x H x 32 words: < 2^30 at H = 8).
+MAX_REQS = ((1 << 21) - 1) // SLOTS
+
 
 def check_int(name: str, value, *, allowed=None, low=None, high=None) -> int:
     """A Python int (not a bool) in ``allowed`` and ``low..high``; TypeError / ValueError
@@ -49,7 +53,9 @@ def plan_inputs(block_table, seq_lens, max_reqs: int, device: torch.device) -> i
     _tensor("seq_lens", seq_lens, torch.int32, 1, device)
     batch = seq_lens.shape[0]
     if block_table.shape[0] != batch:
-        raise ValueError(f"block_table: expected {batch} rows (one per request in seq_lens), got {block_table.shape[0]}")
+        raise ValueError(
+            f"block_table: expected {batch} rows (one per request in seq_lens), got {block_table.shape[0]}"
+        )
     if block_table.shape[1] < 1:
         raise ValueError("block_table: must have at least one column")
     if batch > max_reqs:
@@ -68,7 +74,9 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
     rows = batch * query_len
     _tensor("index_q", index_q, torch.float8_e4m3fn, 3, device)
     if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
-        raise ValueError(f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}")
+        raise ValueError(
+            f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
+        )
     _tensor("k_cache", k_cache, torch.uint8, 3, device)
     if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES):
         raise ValueError(f"k_cache: expected [N, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
@@ -77,13 +85,14 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
 
 
-
 def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
     """The scorer's operands: q_tile ``[B, 8, Hs, 128]`` (E4M3 or its bytes), block_table
     int32 ``[B, W]``, out float32 ``[B, 8 * Hs, W]`` with contiguous columns. Returns
     (B, Hs, W)."""
     if not isinstance(q_tile, torch.Tensor) or q_tile.dim() != 4:
-        raise ValueError(f"q_tile: expected a tensor [B, {SLOTS}, Hs, {HEAD_DIM}], got {getattr(q_tile, 'shape', q_tile)!r}")
+        raise ValueError(
+            f"q_tile: expected a tensor [B, {SLOTS}, Hs, {HEAD_DIM}], got {getattr(q_tile, 'shape', q_tile)!r}"
+        )
     batch, slots, hs, dim = q_tile.shape
     if slots != SLOTS or dim != HEAD_DIM:
         raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")

@@ -1,4 +1,4 @@
-"""Per-process CP decode state (DESIGN.md §6): layers' symmetric buffers, per-batch-size
+"""Per-process CP decode state (docs/DESIGN.md §6): layers' symmetric buffers, per-batch-size
 plans, and the per-layer forward. One object per rank; every call that allocates is
 collective (same order on every rank).
 """
@@ -13,25 +13,34 @@ import torch
 import triton
 
 from indexer_constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
+
 from . import checks
 from .backend import pdl_options, sm_count
-from .cp_kernels import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
-from .checks import check_int
-from .jit_helpers import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
+from .checks import MAX_REQS, check_int
+from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .kernels.device import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
 from .layout import HeadLayout, compact_width
 from .scorer import score_pages
-from .select_shape import MAX_CHUNK, PUSH_GROUP, SPLIT_PROGRAMS, SelectShape, check_split, plan_split, push_warps, release_select
+from .select.policy import (
+    MAX_CHUNK,
+    PUSH_GROUP,
+    SPLIT_PROGRAMS,
+    SelectShape,
+    check_split,
+    plan_split,
+    push_group,
+    push_warps,
+    release_select,
+    warp_select_keys,
+)
+from .select.warp_ptx import warp_asm_options
 from .symm import Symmetric, SymmetricTensor
-from .warp_select import push_group, warp_asm_options, warp_select_keys
 
 log = logging.getLogger(__name__)
 
 # Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
-# Fewer rows a step (max_reqs x 8): the kernels' int32 offsets into a layer's buffers stay
-# below 2^31 (two tile sets of rows x H x 32 words: < 2^30 at H = 8).
-MAX_ROWS = 1 << 21
 
 
 class _StageClock:
@@ -71,7 +80,7 @@ class _StageClock:
 
 def score_row_stride(width: int) -> int:
     """Floats between rows of the CP scores of ``width`` columns: a multiple of 4, so every
-    row is 16-byte aligned for the push's 16-byte loads (``jit_helpers._quad_max``), and at
+    row is 16-byte aligned for the push's 16-byte loads (``select.levels._quad_max``), and at
     least width + 3: a load of the 4 columns from one below the row's bound (< width) reads
     at most 3 past the row, which stay inside it."""
     return triton.cdiv(width + 3, 4) * 4
@@ -117,15 +126,23 @@ class IndexerDecodeCP:
     """
 
     def __init__(
-        self, *, heads: int, max_reqs: int, symm: Symmetric, spin_limit: int | None = None, pdl: bool = False, max_chunk: int = MAX_CHUNK,
+        self,
+        *,
+        heads: int,
+        max_reqs: int,
+        symm: Symmetric,
+        spin_limit: int | None = None,
+        pdl: bool = False,
+        max_chunk: int = MAX_CHUNK,
         split: int | None = None,
-    ):  # fmt: skip
+    ):
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
         check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
-        check_int("max_reqs", max_reqs, low=1, high=(MAX_ROWS - 1) // SLOTS)
+        check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
         self.layout = HeadLayout(cp, heads)
+        self.local_heads = self.layout.heads_per_rank  # the heads forward's q and out hold
         self.owned = self.layout.heads_of(self.rank)
         self.symm = symm
         self.device = symm.device
@@ -145,7 +162,9 @@ class IndexerDecodeCP:
         # one program a row, the row's group keys: warp_groups_top16) and per-(row, head)
         # counts (zero between calls)
         self.split = split
-        self._parts = torch.zeros(max(SPLIT_PROGRAMS, self.rows_max * heads) * TOPK, dtype=torch.int64, device=self.device)
+        self._parts = torch.zeros(
+            max(SPLIT_PROGRAMS, self.rows_max * heads) * TOPK, dtype=torch.int64, device=self.device
+        )
         self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
     def new_layer(self) -> CPLayer:
@@ -155,7 +174,12 @@ class IndexerDecodeCP:
         out again would be followed as peer addresses (an illegal-address fault)."""
         tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
         recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
-        return CPLayer(tile, recv, torch.zeros(1, dtype=torch.int64, device=self.device), torch.zeros(1, dtype=torch.int64, device=self.device))
+        return CPLayer(
+            tile,
+            recv,
+            torch.zeros(1, dtype=torch.int64, device=self.device),
+            torch.zeros(1, dtype=torch.int64, device=self.device),
+        )
 
     def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> CPPlan:
         """Once per step, outside CUDA-graph capture; no host sync.
@@ -171,7 +195,7 @@ class IndexerDecodeCP:
             self.width = width
             # The push ranks at most W - 1 columns (n_local <= W - 1; column W - 1 is the
             # lie's page past the chunk), so its select spans W - 1: at P = 2^k that is a
-            # power of two, where W would double every select (fast/PERF.md).
+            # power of two, where W would double every select.
             self.shape = SelectShape.for_width(width - 1, self.max_chunk, PUSH_GROUP)
         checks.table_not_wider(width, self.width)
         p = self._plans.get(batch)
@@ -183,14 +207,25 @@ class IndexerDecodeCP:
                 score_lens=torch.empty(batch, **i32),
                 seq_lens=torch.empty(batch, **i32),
                 n_local=torch.empty(batch, **i32),
-                scores=torch.empty(batch, SLOTS * self.heads, score_row_stride(self.width), device=self.device)[:, :, : self.width],
+                scores=torch.empty(batch, SLOTS * self.heads, score_row_stride(self.width), device=self.device)[
+                    :, :, : self.width
+                ],
             )
         if batch:
             compact_table_kernel[(batch,)](
-                block_table, seq_lens, p.block_table, p.score_lens, p.seq_lens, p.n_local,
-                pages, block_table.stride(0),
-                W=self.width, CP=self.cp, RANK=self.rank, BLOCK=min(1024, triton.next_power_of_2(self.width)),
-            )  # fmt: skip
+                block_table,
+                seq_lens,
+                p.block_table,
+                p.score_lens,
+                p.seq_lens,
+                p.n_local,
+                pages,
+                block_table.stride(0),
+                W=self.width,
+                CP=self.cp,
+                RANK=self.rank,
+                BLOCK=min(1024, triton.next_power_of_2(self.width)),
+            )
         return p
 
     def forward(
@@ -223,10 +258,18 @@ class IndexerDecodeCP:
         split_plan = self._split(rows)
         push_plan = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
         score_pages(
-            tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM), k_cache, plan.block_table, plan.score_lens, plan.scores,
-            q_sel=layer.current, q_set_stride=self._tile_words * 4, pdl=self.pdl, prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]), first_slot=SLOTS - query_len,
-        )  # fmt: skip
+            tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM),
+            k_cache,
+            plan.block_table,
+            plan.score_lens,
+            plan.scores,
+            q_sel=layer.current,
+            q_set_stride=self._tile_words * 4,
+            pdl=self.pdl,
+            prefetch=self.pdl,
+            release=self.pdl and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]),
+            first_slot=SLOTS - query_len,
+        )
         clock.lap("score")
         self._push(layer, plan, query_len, split_plan, push_plan)
         clock.lap("push")
@@ -241,11 +284,23 @@ class IndexerDecodeCP:
         of this rank's heads (index_q: float8_e4m3fn [B * q, Hr, 128]) into every rank's
         tile, then a wait for every rank's into this one's."""
         q_exchange_kernel[(plan.batch * query_len,)](
-            index_q.view(torch.int32), plan.seq_lens, layer.tile.ptrs, layer.parity, layer.current, self.error,
-            self._tile_words, self.spin_limit,
-            H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, HEAD0=self.owned.start, CP=self.cp, RANK=self.rank,
-            QLEN=query_len, **pdl_options(self.pdl),
-        )  # fmt: skip
+            index_q.view(torch.int32),
+            plan.seq_lens,
+            layer.tile.ptrs,
+            layer.parity,
+            layer.current,
+            self.error,
+            self._tile_words,
+            self.spin_limit,
+            H=self.heads,
+            HR=self.layout.heads_per_rank,
+            R=self.layout.replicas,
+            HEAD0=self.owned.start,
+            CP=self.cp,
+            RANK=self.rank,
+            QLEN=query_len,
+            **pdl_options(self.pdl),
+        )
 
     def _split(self, rows: int) -> tuple:
         """``plan_split`` of the push over ``rows`` rows (batch x query_len): its programs per
@@ -269,13 +324,36 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         warps, keys = push_plan
         push_kernel[(rows, self.heads, split)](
-            plan.scores, plan.seq_lens, plan.n_local, layer.recv.ptrs, layer.current, self.error, self._parts, self._counts,
-            self.rows_max, self._recv_elems, plan.scores.shape[2], plan.scores.stride(0), plan.scores.stride(1),
-            H=self.heads, HR=self.layout.heads_per_rank, R=self.layout.replicas, SPLIT=split, SLICE=columns,
-            CHUNK=s.chunk, SUPERS=s.supers, PER_SUPER=s.per_super, GROUP=push_group(columns, keys, s), SORT=self.device.type == "cuda",
-            num_warps=warps, **(warp_asm_options(keys) if keys else {}),
-            CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
-        )  # fmt: skip
+            plan.scores,
+            plan.seq_lens,
+            plan.n_local,
+            layer.recv.ptrs,
+            layer.current,
+            self.error,
+            self._parts,
+            self._counts,
+            self.rows_max,
+            self._recv_elems,
+            plan.scores.shape[2],
+            plan.scores.stride(0),
+            plan.scores.stride(1),
+            H=self.heads,
+            HR=self.layout.heads_per_rank,
+            R=self.layout.replicas,
+            SPLIT=split,
+            SLICE=columns,
+            CHUNK=s.chunk,
+            SUPERS=s.supers,
+            PER_SUPER=s.per_super,
+            GROUP=push_group(columns, keys, s),
+            SORT=self.device.type == "cuda",
+            num_warps=warps,
+            **(warp_asm_options(keys) if keys else {}),
+            CP=self.cp,
+            RANK=self.rank,
+            QLEN=query_len,
+            **pdl_options(self.pdl),
+        )
 
     def merge(self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor) -> torch.Tensor:
         """The merge, forward's last stage (alone: for the benchmark, after ``push`` on every
@@ -284,11 +362,26 @@ class IndexerDecodeCP:
         candidates and the rows' q tile slots (the set of the layer's last exchange) and
         flips ``layer.parity``. Returns out."""
         merge_kernel[(plan.batch * query_len,)](
-            plan.seq_lens, layer.recv.ptrs, layer.tile.ptrs, layer.current, layer.parity, self.error, out,
-            self.rows_max, self._recv_elems, self._tile_words, self.spin_limit,
-            H=self.heads, HR=self.layout.heads_per_rank, SORT=self.device.type == "cuda", num_warps=MERGE_WARPS,
-            CP=self.cp, RANK=self.rank, QLEN=query_len, **pdl_options(self.pdl),
-        )  # fmt: skip
+            plan.seq_lens,
+            layer.recv.ptrs,
+            layer.tile.ptrs,
+            layer.current,
+            layer.parity,
+            self.error,
+            out,
+            self.rows_max,
+            self._recv_elems,
+            self._tile_words,
+            self.spin_limit,
+            H=self.heads,
+            HR=self.layout.heads_per_rank,
+            SORT=self.device.type == "cuda",
+            num_warps=MERGE_WARPS,
+            CP=self.cp,
+            RANK=self.rank,
+            QLEN=query_len,
+            **pdl_options(self.pdl),
+        )
         return out
 
     def _push_plan(self, rows: int, split_plan: tuple) -> tuple[int, int]:
@@ -309,10 +402,14 @@ class IndexerDecodeCP:
         code = int(self.error.item())
         if code:
             what = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}.get(code, f"code {code}")
-            raise PeerTimeoutError(f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived")
+            raise PeerTimeoutError(
+                f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived"
+            )
 
 
-def cp_unsupported_reason(*, world: int, heads: int, max_query_len: int, symm: Symmetric | None, symm_reason: str | None = None) -> str | None:
+def cp_unsupported_reason(
+    *, world: int, heads: int, max_query_len: int, symm: Symmetric | None, symm_reason: str | None = None
+) -> str | None:
     """Why CP decode should not run in this configuration, or None if it can.
 
     symm_reason: why the ranks have no symmetric memory (``open_cuda_symmetric``'s answer).
@@ -331,13 +428,22 @@ def cp_unsupported_reason(*, world: int, heads: int, max_query_len: int, symm: S
 
 
 def build_cp_decode(
-    *, heads: int, max_reqs: int, max_query_len: int, symm: Symmetric | None, world: int | None = None, symm_reason: str | None = None, **kwargs
+    *,
+    heads: int,
+    max_reqs: int,
+    max_query_len: int,
+    symm: Symmetric | None,
+    world: int | None = None,
+    symm_reason: str | None = None,
+    **kwargs,
 ) -> IndexerDecodeCP | None:
     """The process's CP decode state, or None (use ``StockDecode``) with the reason logged
     once. Build it once per process; kwargs go to IndexerDecodeCP. ``world`` is needed only
     where ``symm`` is None."""
     world = symm.world if symm is not None else (world or 1)
-    why = cp_unsupported_reason(world=world, heads=heads, max_query_len=max_query_len, symm=symm, symm_reason=symm_reason)
+    why = cp_unsupported_reason(
+        world=world, heads=heads, max_query_len=max_query_len, symm=symm, symm_reason=symm_reason
+    )
     if why is not None:
         log.warning("CP decode disabled: %s; using the stock decode", why)
         return None

@@ -2,18 +2,34 @@
 
 A server captures the per-layer forward once per batch size it pads to and replays it every
 step; the plan (compact table, lengths) runs eagerly before the replay. ``GraphedDecode`` does
-exactly that for the CP path (``IndexerDecodeCP``) and the stock path (``StockDecode``): the
+exactly that for any decode of the one interface (``IndexerDecodeCP``, ``StockDecode``:
+``new_layer()``, ``plan()``, ``forward(layer, plan, ...)``, ``local_heads``, ``device``): the
 graph-replay test, the benchmark and a user's integration all go through it.
 """
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 
 from indexer_constants import HEAD_DIM, TOPK
 
-from .cp import IndexerDecodeCP
-from .stock import StockDecode
+
+class Decode(Protocol):
+    """What ``GraphedDecode`` needs of a decode state (both decodes provide it)."""
+
+    device: torch.device
+    local_heads: int  # the heads of index_q and out in forward
+
+    def new_layer(self): ...
+
+    def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor): ...
+
+    def forward(
+        self, layer, plan, index_q, k_cache, out, query_len: int, stage_times: dict | None = None
+    ) -> torch.Tensor: ...
+
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -33,8 +49,8 @@ class _Static:
 class GraphedDecode:
     """``layers`` consecutive decode layers of one rank, replayed from CUDA graphs.
 
-    decode: an ``IndexerDecodeCP`` (this builds its layers: collective, same order on every
-    rank) or a ``StockDecode``. heads: this rank's heads (Hr for CP). k_caches: uint8
+    decode: an ``IndexerDecodeCP`` or a ``StockDecode`` (this builds its layers: for CP a
+    collective, in the same order on every rank). k_caches: uint8
     ``[N, 128, 72]`` tensors, layer i reads ``k_caches[i % len]``. table_width: the block
     table width every step uses (it fixes P, so it may not change). A step pads its batch to
     the smallest of ``sizes`` that holds it: padding rows get ``seq_len = query_len`` (a
@@ -43,19 +59,18 @@ class GraphedDecode:
 
     def __init__(
         self,
-        decode: IndexerDecodeCP | StockDecode,
+        decode: Decode,
         *,
-        heads: int,
         query_len: int,
         table_width: int,
         k_caches: list[torch.Tensor],
         layers: int = 1,
         sizes: tuple[int, ...] = CAPTURE_SIZES,
     ):
-        self.decode, self.heads, self.query_len, self.table_width = decode, heads, query_len, table_width
+        self.decode, self.heads, self.query_len, self.table_width = decode, decode.local_heads, query_len, table_width
         self.k_caches, self.layers, self.sizes = list(k_caches), layers, tuple(sorted(sizes))
         self.device = decode.device
-        self.cp_layers = [decode.new_layer() for _ in range(layers)] if isinstance(decode, IndexerDecodeCP) else None
+        self.decode_layers = [decode.new_layer() for _ in range(layers)]
         self._static: dict[int, _Static] = {}
         self._pool = torch.cuda.graph_pool_handle()
 
@@ -74,10 +89,7 @@ class GraphedDecode:
     def _forward_all(self, s: _Static, plan) -> None:
         for i in range(self.layers):
             k_cache = self.k_caches[i % len(self.k_caches)]
-            if self.cp_layers is not None:
-                self.decode.forward(self.cp_layers[i], plan, s.index_q[i], k_cache, s.out[i], self.query_len)
-            else:
-                self.decode.forward(s.index_q[i], k_cache, s.out[i], self.query_len)
+            self.decode.forward(self.decode_layers[i], plan, s.index_q[i], k_cache, s.out[i], self.query_len)
 
     def prepare(self, block_table: torch.Tensor, seq_lens: torch.Tensor, index_q: torch.Tensor) -> _Static:
         """Copy one step's inputs into the static buffers of its padded size and plan.
@@ -91,7 +103,9 @@ class GraphedDecode:
         size = self.padded(b)
         s = self._static.get(size)
         if s is None:
-            s = self._static[size] = _Static(size, self.query_len, self.heads, self.table_width, self.layers, self.device)
+            s = self._static[size] = _Static(
+                size, self.query_len, self.heads, self.table_width, self.layers, self.device
+            )
         rows = b * self.query_len
         s.block_table[:b].copy_(block_table)
         s.seq_lens[:b].copy_(seq_lens)

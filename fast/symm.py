@@ -82,7 +82,10 @@ class ShmSymmetric(Symmetric):
         local = torch.from_file(mine, shared=True, size=numel, dtype=dtype)
         local.fill_(fill)
         dist.barrier(group=self.group)
-        peers = [local if r == self.rank else torch.from_file(self._path(index, r), shared=True, size=numel, dtype=dtype) for r in range(self.world)]
+        peers = [
+            local if r == self.rank else torch.from_file(self._path(index, r), shared=True, size=numel, dtype=dtype)
+            for r in range(self.world)
+        ]
         dist.barrier(group=self.group)
         os.unlink(mine)  # every rank has mapped it; the mappings outlive the name
         ptrs = torch.tensor([p.data_ptr() for p in peers], dtype=torch.int64)
@@ -100,7 +103,7 @@ def p2p_problem(devices: list[int], can_access=None) -> str | None:
     return None
 
 
-def open_cuda_symmetric(devices: list[int], group=None) -> tuple["CudaSymmetric | None", str | None]:
+def open_cuda_symmetric(devices: list[int], group=None) -> tuple[CudaSymmetric | None, str | None]:
     """Collective over ``group``: a CudaSymmetric for this rank, or (None, why) on every rank
     if any rank lacks P2P to another or torch's symmetric memory fails on any rank."""
     why = p2p_problem(devices)

@@ -58,21 +58,21 @@ MUTANTS = [
     Mutant(
         "merge does not re-arm the q tile",
         "kernels",
-        "fast.cp_kernels",
+        "fast.kernels.cp",
         "    tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))\n",
         "    tl.store(tile + hw, tl.load(tile + hw))\n",
     ),
     Mutant(
         "query slots from the front",
         "kernels",
-        "fast.cp_kernels",
+        "fast.kernels.cp",
         "    slot = (_SLOTS - QLEN) + t % QLEN\n    parity = tl.load(parity_ptr)",
         "    slot = t % QLEN\n    parity = tl.load(parity_ptr)",
     ),
     Mutant(
         "own page not forced into slot 15",
         "kernels",
-        "fast.cp_kernels",
+        "fast.kernels.cp",
         "            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
         "            tl.store(dst, keys_to_pages(best))\n",
     ),
@@ -86,7 +86,9 @@ def applied(mutant: Mutant):
     module = importlib.import_module(mutant.module)
     source = inspect.getsource(module)
     if source.count(mutant.old) != 1:
-        raise ValueError(f"mutant {mutant.name!r}: its snippet occurs {source.count(mutant.old)} times in {mutant.module}")
+        raise ValueError(
+            f"mutant {mutant.name!r}: its snippet occurs {source.count(mutant.old)} times in {mutant.module}"
+        )
     saved = dict(module.__dict__)
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         # Triton reads a kernel's source from its file: give the mutated code a real one.
@@ -96,7 +98,11 @@ def applied(mutant: Mutant):
         rebound = []
         try:
             exec(compile(open(path).read(), path, "exec"), module.__dict__)
-            changed = {id(old): module.__dict__[name] for name, old in saved.items() if module.__dict__.get(name) is not old and not name.startswith("__")}
+            changed = {
+                id(old): module.__dict__[name]
+                for name, old in saved.items()
+                if module.__dict__.get(name) is not old and not name.startswith("__")
+            }
             for other in list(sys.modules.values()):
                 if other is module or not getattr(other, "__name__", "").startswith(PACKAGES):
                     continue
@@ -121,7 +127,14 @@ def hunt(name: str, seed: int = 0) -> dict:
     mutant = next(m for m in MUTANTS if m.name == name)
     with applied(mutant):
         result = run_campaign(mutant.target, smoke=True, seed=seed, database=False, quiet=True)
-    return {"mutant": name, "target": mutant.target, "found": result.found, "examples": result.examples, "failure": result.failure, "replay": result.replay}
+    return {
+        "mutant": name,
+        "target": mutant.target,
+        "found": result.found,
+        "examples": result.examples,
+        "failure": result.failure,
+        "replay": result.replay,
+    }
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ BATCH = 50  # examples per Hypothesis run when running against the clock
 
 
 def _resolve(backend: str) -> str:
-    """"auto" -> "cuda" where a GPU is visible, else "cpu" (imports fast: call it after
+    """ "auto" -> "cuda" where a GPU is visible, else "cpu" (imports fast: call it after
     the CLI has settled TRITON_INTERPRET)."""
     if backend != "auto":
         return backend
@@ -127,7 +127,9 @@ def run_campaign(
             except Exception as exc:  # noqa: BLE001 - a campaign reports whatever the check raised
                 ex = failing[0] if failing else None
                 replay = f"python -m fuzz replay {name} '{example_json(ex)}'" if ex is not None else None
-                return Result(name, progress.count, time.monotonic() - progress.start, f"{type(exc).__name__}: {exc}", ex, replay)
+                return Result(
+                    name, progress.count, time.monotonic() - progress.start, f"{type(exc).__name__}: {exc}", ex, replay
+                )
     finally:
         ctx.close()
         if not quiet:
@@ -140,7 +142,11 @@ def replay(name: str, example_text: str, backend: str = "auto") -> None:
     from .strategies import DecodeConfig
 
     raw = json.loads(example_text)
-    example = (DecodeConfig(**raw[0]), raw[1]) if isinstance(raw, list) else DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
+    example = (
+        (DecodeConfig(**raw[0]), raw[1])
+        if isinstance(raw, list)
+        else DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
+    )
     ctx = Context(_resolve(backend), {})
     try:
         TARGETS[name].check(example, ctx)

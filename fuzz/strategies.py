@@ -10,8 +10,8 @@ from dataclasses import asdict, dataclass
 
 from hypothesis import strategies as st
 
-from reference.cases import PATTERNS, Case, make_case
 from indexer_constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
+from reference.cases import PATTERNS, Case, make_case
 
 SMALL_EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129)
 BIG_EDGE_PAGES = (2048, 2049, 8191, 8192, 8197)  # the MAX_PAGES edge and past it

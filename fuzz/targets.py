@@ -8,8 +8,8 @@ settles the Triton backend, which the CLI's ``--backend`` must be able to choose
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 from hypothesis import strategies as st
@@ -17,9 +17,9 @@ from hypothesis import target as steer
 from hypothesis.control import currently_in_test_context
 
 import reference
+from indexer_constants import PAGE
 from reference import cp as ref_cp
 from reference.cases import EXACT_PATTERNS, PATTERNS
-from indexer_constants import PAGE
 from reference.decode import full_scores
 from reference.selection import own_pages, stock_keys
 from reference.validate import check_decode_inputs
@@ -42,7 +42,7 @@ class Context:
         return resolve_device("cuda" if self.backend == "cuda" else "cpu")
 
     def pool(self, cp: int):
-        from fast.launcher import RankPool
+        from fast.tools.launcher import RankPool
 
         if cp not in self.pools or not self.pools[cp]._procs:
             self.pools[cp] = RankPool(cp, self.backend)
@@ -87,12 +87,12 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     batch = len(cfg.seq_lens)
     # Stock: its own scores through the reference's stock selection.
     stock = StockDecode(heads=heads, max_reqs=batch, device=dev)
-    stock.plan(on[2], on[3])
+    stock_plan = stock.plan(on[2], on[3])
     out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
-    stock.forward(on[0], on[1], out, case.query_len)
+    stock.forward(stock.new_layer(), stock_plan, on[0], on[1], out, case.query_len)
     width = min(case.block_table.shape[1], 8192)
     q = case.query_len
-    scores = stock._scores[batch].cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width]
+    scores = stock_plan.scores.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width]
     own = own_pages(case.seq_lens, q).repeat_interleave(heads)
     want = reference.selection.select(scores.reshape(-1, width), own, width, key="stock")
     assert torch.equal(out.cpu().view(-1, 16), want), "stock top-16 != reference stock selection on its own scores"
@@ -116,12 +116,14 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
 
 def check_protocol(cfg: DecodeConfig, ctx: Context) -> None:
     """The multi-rank fast CP path equals the oracle, on CPU ranks or GPUs."""
-    from fast.programs import assemble, decode_on_rank
+    from fast.tools.programs import assemble, decode_on_rank
 
     case = cfg.build()
     results = ctx.pool(cfg.cp).run(decode_on_rank, case.to_dict(), "cp", poison=True, steps=2)
     assert all(r["all_equal"] for r in results), "two steps of one layer gave different outputs"
-    assert torch.equal(assemble(results, case.index_q.shape[1]), reference.full_decode(*case.args())), "fast CP != full_decode"
+    assert torch.equal(assemble(results, case.index_q.shape[1]), reference.full_decode(*case.args())), (
+        "fast CP != full_decode"
+    )
 
 
 def check_stock(cfg: DecodeConfig, ctx: Context) -> None:
@@ -150,7 +152,11 @@ def check_stock(cfg: DecodeConfig, ctx: Context) -> None:
 
 BREAKAGES = {
     "q-float32": ("index_q", TypeError, lambda a: a.update(index_q=a["index_q"].float())),
-    "q-heads-3": ("index_q", ValueError, lambda a: a.update(index_q=a["index_q"][:, :1].expand(-1, 3, -1).contiguous())),
+    "q-heads-3": (
+        "index_q",
+        ValueError,
+        lambda a: a.update(index_q=a["index_q"][:, :1].expand(-1, 3, -1).contiguous()),
+    ),
     "q-rows": ("index_q", ValueError, lambda a: a.update(index_q=a["index_q"][1:])),
     "q-nan": ("index_q", ValueError, lambda a: a["index_q"].view(torch.uint8).view(-1).__setitem__(0, 0xFF)),
     "k-shape": ("k_cache", ValueError, lambda a: a.update(k_cache=a["k_cache"][:, :, :71].contiguous())),
@@ -189,21 +195,17 @@ def check_inputs(example, ctx: Context) -> None:
     }
     dev = ctx.device()
 
-    def fast_cp():
-        state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
+    def fast(make_state):
+        state = make_state()
         plan = state.plan(args["block_table"].to(dev), args["seq_lens"].to(dev))
         out = torch.full((batch * cfg.query_len, heads, 16), -7, dtype=torch.int32, device=dev)
         state.forward(state.new_layer(), plan, args["index_q"].to(dev), args["k_cache"].to(dev), out, args["query_len"])
 
-    def fast_stock():
-        state = StockDecode(heads=heads, max_reqs=batch, device=dev)
-        state.plan(args["block_table"].to(dev), args["seq_lens"].to(dev))
-        out = torch.full((batch * cfg.query_len, heads, 16), -7, dtype=torch.int32, device=dev)
-        state.forward(args["index_q"].to(dev), args["k_cache"].to(dev), out, args["query_len"])
-
     if name not in ("q-nan",):  # the fast path checks metadata only (no device sync)
-        calls["fast-cp"] = fast_cp
-        calls["fast-stock"] = fast_stock
+        calls["fast-cp"] = lambda: fast(
+            lambda: IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
+        )
+        calls["fast-stock"] = lambda: fast(lambda: StockDecode(heads=heads, max_reqs=batch, device=dev))
     for where, call in calls.items():
         try:
             call()

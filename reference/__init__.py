@@ -2,7 +2,7 @@
 
 Public API (stable): ``full_decode`` (the oracle), ``cp_decode`` (every CP rank simulated),
 ``stock_decode`` (16-bit key selection), ``score_pages`` (the scorer contract),
-``quantize_nvfp4`` / ``dequantize_nvfp4`` (the cache format). See DESIGN.md.
+``quantize_nvfp4`` / ``dequantize_nvfp4`` (the cache format). See docs/DESIGN.md.
 """
 
 from .cp import CPTrace, HeadLayout, RankTrace, compact_width, cp_decode

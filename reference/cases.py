@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from indexer_constants import HEAD_DIM, PAGE
+
 from .nvfp4 import join_pages, quantize_nvfp4
 
 PATTERNS = ("random", "gaussian", "exact", "ties", "clustered", "zeros")
@@ -60,7 +61,7 @@ class Case:
         torch.save(self.to_dict(), path)
 
     @classmethod
-    def load(cls, path) -> "Case":
+    def load(cls, path) -> Case:
         d = torch.load(path, weights_only=True)
         missing = {"index_q", "k_cache", "block_table", "seq_lens", "query_len"} - set(d)
         if missing:

@@ -8,8 +8,9 @@ import time
 
 import torch
 
-from .cases import PATTERNS, Case, make_case, seq_len_for
 from indexer_constants import MAX_PAGES, PAGE, RANKED, SUPPORTED_CP, TOPK
+
+from .cases import PATTERNS, Case, make_case, seq_len_for
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
 from .selection import keys_to_pages, keys_to_scores
@@ -43,7 +44,10 @@ def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
     b, i = divmod(row, q)
     own = int(trace.own[row])
     p = min(case.block_table.shape[1], MAX_PAGES)
-    print(f"case {case.name}: {rows} rows x {heads} heads, query_len {q}, P = {p} pages, CP = {cp}, W = {trace.width}", file=file)
+    print(
+        f"case {case.name}: {rows} rows x {heads} heads, query_len {q}, P = {p} pages, CP = {cp}, W = {trace.width}",
+        file=file,
+    )
     print(f"row {row} = request {b} query {i}: seq_len {int(case.seq_lens[b])}, own page {own}", file=file)
     if own + 1 <= TOPK:
         print(f"short row (own + 1 <= {TOPK}): no scoring, output [0..{own}, -1...]", file=file)
@@ -78,9 +82,14 @@ def _explain(args) -> int:
 
 def _make_case(args) -> int:
     lens = [int(n) for n in args.seq_lens.split(",")]
-    case = make_case(args.seed, lens, query_len=args.query_len, heads=args.heads, pattern=args.pattern, table_width=args.table_width)
+    case = make_case(
+        args.seed, lens, query_len=args.query_len, heads=args.heads, pattern=args.pattern, table_width=args.table_width
+    )
     case.save(args.out)
-    print(f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table {case.block_table.shape[1]}")
+    print(
+        f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table "
+        f"{case.block_table.shape[1]}"
+    )
     return 0
 
 
@@ -103,7 +112,8 @@ def demo(file=None) -> bool:
                 agree = torch.equal(out, full)
                 ok &= agree
                 print(
-                    f"{query_len:>9} {pattern:>9} {cp:>3} {out.shape[0]:>5} {'yes' if agree else 'NO':>6} {t_full:>7.3f} {t_cp:>7.3f}",
+                    f"{query_len:>9} {pattern:>9} {cp:>3} {out.shape[0]:>5} {'yes' if agree else 'NO':>6} "
+                    f"{t_full:>7.3f} {t_cp:>7.3f}",
                     file=file,
                 )
     print(f"requests: {len(lens)} with {[(n - 1) // PAGE for n in lens]} pages of history; H = 4", file=file)

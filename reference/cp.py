@@ -1,4 +1,4 @@
-"""Every CP rank of one decode step, simulated in one process (DESIGN.md §6).
+"""Every CP rank of one decode step, simulated in one process (docs/DESIGN.md §6).
 
 The simulation keeps each rank's symmetric buffers (its q tile and its receive buffer) as
 separate tensors and moves data between them only the way the protocol does: stores into
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
+
 from .decode import UNWRITTEN_Q, query_rows
 from .scores import score_pages
 from .selection import assemble_rows, exact_keys, own_pages, top_keys, two_level_top16

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
+
 from .scores import score_pages
 from .selection import own_pages, select
 from .validate import DecodeInputs, check_decode_inputs

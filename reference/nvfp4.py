@@ -155,15 +155,7 @@ def quantize_nvfp4(keys: torch.Tensor) -> torch.Tensor:
     a = v.abs()
     # The E2M1 ladder as a count of thresholds passed; '>' vs '>=' alternates so that each
     # midpoint goes to the neighbour with an even mantissa (round half to even).
-    mag = (
-        (a > 0.25).to(torch.uint8)
-        + (a >= 0.75)
-        + (a > 1.25)
-        + (a >= 1.75)
-        + (a > 2.5)
-        + (a >= 3.5)
-        + (a > 5.0)
-    )
+    mag = (a > 0.25).to(torch.uint8) + (a >= 0.75) + (a > 1.25) + (a >= 1.75) + (a > 2.5) + (a >= 3.5) + (a > 5.0)
     sign = ((v < 0) & (mag > 0)).to(torch.uint8) << 3  # zero is stored as +0
     nib = (mag | sign).view(n, PAGE, HEAD_DIM // 2, 2)
     codes = nib[..., 0] | (nib[..., 1] << 4)

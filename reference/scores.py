@@ -1,10 +1,11 @@
-"""The Q8KV4 decode scorer contract (DESIGN.md §4), in plain PyTorch."""
+"""The Q8KV4 decode scorer contract (docs/DESIGN.md §4), in plain PyTorch."""
 
 from __future__ import annotations
 
 import torch
 
 from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
+
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).

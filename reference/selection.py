@@ -1,4 +1,4 @@
-"""Selection (DESIGN.md §5): the exact key, the stock 16-bit key, and the output format.
+"""Selection (docs/DESIGN.md §5): the exact key, the stock 16-bit key, and the output format.
 
 Every function here works on whole batches of rows at once; a "row" is one (query, head).
 """

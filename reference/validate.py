@@ -15,6 +15,7 @@ from indexer_constants import (
     SUPPORTED_CP,
     SUPPORTED_HEADS,
 )
+
 from .nvfp4 import split_pages
 
 
@@ -74,7 +75,7 @@ def check_int(name: str, value, allowed=None, low=None, high=None) -> int:
 
 
 def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> DecodeInputs:
-    """Check the decode inputs against DESIGN.md §3 and return them on the CPU.
+    """Check the decode inputs against docs/DESIGN.md §3 and return them on the CPU.
 
     Raises TypeError for wrong types/dtypes and ValueError for wrong shapes or values, each
     naming the argument. Page ids are checked where they will be read: the first
@@ -113,11 +114,12 @@ def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> D
     bad = touched & ((bt < 0) | (bt >= kc.shape[0]))
     if bool(bad.any()):
         b, j = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})")
+        raise ValueError(
+            f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})"
+        )
     return DecodeInputs(q, kc, bt, sl, query_len)
 
 
 def check_cp(cp) -> int:
     """CP must be one of {1, 2, 4, 8}."""
     return check_int("cp", cp, allowed=SUPPORTED_CP)
-

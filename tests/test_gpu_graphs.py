@@ -7,8 +7,8 @@ import torch
 import fast.cp
 import reference
 from fast.cp import IndexerDecodeCP
-from fast.programs import exact_queries, random_step
 from fast.symm import SingleRankSymmetric
+from rank_programs import exact_queries, random_step
 from reference.cases import make_case
 
 pytestmark = pytest.mark.gpu
@@ -22,7 +22,9 @@ class _Graphed:
 
     def __init__(self, batch: int, seed: int, pdl: bool):
         dev = torch.device("cuda", torch.cuda.current_device())
-        self.base = make_case(1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024)
+        self.base = make_case(
+            1, [QLEN] * batch, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024
+        )
         self.gen = torch.Generator().manual_seed(seed)
         self.k_cache = self.base.k_cache.to(dev)
         self.q = self.base.index_q.to(dev)

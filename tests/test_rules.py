@@ -13,10 +13,10 @@ import torch
 from fast import checks, layout, tables
 from indexer_constants import SUPPORTED_CP, SUPPORTED_HEADS
 from reference import cp as ref_cp
-from reference.cases import make_case
 from reference import nvfp4 as ref_nvfp4
 from reference import scores as ref_scores
 from reference import validate as ref_validate
+from reference.cases import make_case
 
 
 def test_runtime_imports_no_reference():
@@ -24,7 +24,8 @@ def test_runtime_imports_no_reference():
     code = (
         "import sys, fast\n"
         "from fast import build_cp_decode, StockDecode, GraphedDecode, open_cuda_symmetric\n"
-        "bad = [m for m in sys.modules if m == 'reference' or m.startswith('reference.') or m.startswith('fast.tools')]\n"
+        "bad = [m for m in sys.modules if m == 'reference' or m.startswith('reference.') or "
+        "m.startswith('fast.tools')]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -147,6 +148,15 @@ def test_fast_checks_reject_what_the_reference_rejects():
     for name, value in bad.items():
         args = dict(index_q=good.index_q, k_cache=good.k_cache, query_len=good.query_len) | {name: value}
         out = torch.zeros(good.index_q.shape[0], 4, 16, dtype=torch.int32)
-        mine = _verdict(checks.forward_inputs, args["index_q"], args["k_cache"], out, args["query_len"], 1, 4, torch.device("cpu"))
-        ref = _verdict(ref_validate.check_decode_inputs, args["index_q"], args["k_cache"], good.block_table, good.seq_lens, args["query_len"])
+        mine = _verdict(
+            checks.forward_inputs, args["index_q"], args["k_cache"], out, args["query_len"], 1, 4, torch.device("cpu")
+        )
+        ref = _verdict(
+            ref_validate.check_decode_inputs,
+            args["index_q"],
+            args["k_cache"],
+            good.block_table,
+            good.seq_lens,
+            args["query_len"],
+        )
         assert mine is not None and ref is not None and mine[1] == ref[1] == name, (name, mine, ref)

@@ -1,0 +1,409 @@
+"""The CP protocol's kernels (docs/DESIGN.md §6): compact table, q exchange, local top-16 + push,
+and the merge, which flips the parity that makes back-to-back steps safe.
+
+Symmetric buffers come as int64 arrays of every rank's base address; each layer has two
+buffer sets, and ``parity`` (a device scalar flipped at the end of every long step) says
+which one the layer's next long step uses. A peer that runs one step ahead therefore writes
+into the other set: it can never overwrite a tile this rank is still scoring, nor have its q
+erased by this rank's re-arm. It cannot get two steps ahead, because its next exchange waits
+for this rank's q.
+
+The step's kernels read the set from ``current``, the exchange's copy of the parity: the
+exchange's programs each store it (the same value) once the kernel before them has
+completed (their PDL wait, before their own stores and spin), and every later kernel reads
+it once the exchange has completed (after its own wait; the merge, which does
+not wait, launches only once every push program has passed its wait). So the merge's
+programs can each store the flipped parity (the same value) as they finish, with no count
+of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
+for the merge.
+
+Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
+later kernels write -1 rows, and the host raises in ``check()``.
+
+Only requests with a long row (``len > 16 * 128``: the last query's own page is >= 16) are
+exchanged, scored and merged from candidates (``reference.cp.long_requests``); the others'
+rows follow from their lengths. A step with no long request touches no symmetric buffer and
+waits for nobody, so it keeps the parity: the long steps around it still alternate sets and
+are still in lockstep (each long step's exchange waits for every rank), which is all the two
+sets need. Every rank sees the same lengths, so every rank makes the same choice.
+"""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import PAGE, SLOTS, TOPK
+
+from ..select.levels import (
+    KEY_EXACT,
+    RANKED,
+    keys_to_pages,
+    row_top16,
+    select16_rows,
+    short_row,
+    store_warp_slots,
+    value_keys,
+    warp_groups_top16,
+)
+from .device import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT, has_ff_byte, pdl_release, pdl_wait, peer_ptr
+
+_PAGE = tl.constexpr(PAGE)
+_SLOTS = tl.constexpr(SLOTS)
+_TOPK = tl.constexpr(TOPK)
+_WORDS = tl.constexpr(32)  # int32 words per 128-byte query row
+_ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
+_ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
+# A request is long (exchanged and scored) when its length exceeds this.
+_LONG_LEN = tl.constexpr(TOPK * PAGE)
+# The merge's warps: with one, its poll's block holds one copy of each key (merge_kernel).
+MERGE_WARPS = 1
+_MERGE_WARPS = tl.constexpr(MERGE_WARPS)
+
+
+@triton.jit
+def compact_table_kernel(
+    bt_ptr,  # int32 [B, P_table]
+    seq_lens_ptr,  # int32 [B]
+    cbt_ptr,  # int32 [B, W] out: compact page j -> global page j * CP + RANK
+    score_lens_ptr,  # int32 [B] out: n_local * 128 + 8 (0 for a request with no long row)
+    seq_out_ptr,  # int32 [B] out: the real lengths, in a buffer stable across steps
+    n_local_ptr,  # int32 [B] out: pages this rank scores (the local top-16's bound)
+    P,
+    stride_bt,
+    W: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """The length is a deliberate lie: n_local * 128 + 8 puts all 8 slots one page past the
+    chunk, so the scorer stores every owned page for every slot. W - 1 >= n_local keeps that
+    invented page addressable. The real causal cut comes back in the push. A request whose
+    rows are all short gets length 0: nothing scored, nothing read."""
+    b = tl.program_id(0)
+    seq = tl.load(seq_lens_ptr + b)
+    tl.store(seq_out_ptr + b, seq)
+    hist = tl.where(seq >= 1, tl.minimum((seq - 1) // _PAGE, P), 0)
+    n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)
+    tl.store(n_local_ptr + b, n_local)
+    tl.store(score_lens_ptr + b, tl.where(seq > _LONG_LEN, n_local * _PAGE + _SLOTS, 0))
+    for start in tl.static_range(0, W, BLOCK):
+        j = start + tl.arange(0, BLOCK)
+        src = tl.minimum(j * CP + RANK, P - 1)
+        v = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + src, mask=j < W)
+        tl.store(cbt_ptr + b.to(tl.int64) * W + j, v, mask=j < W)
+
+
+@triton.jit
+def q_exchange_kernel(
+    q_ptr,  # int32 [rows, HR * 32]: this rank's heads (E4M3 bytes as words)
+    seq_lens_ptr,  # int32 [B]
+    tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
+    parity_ptr,  # int64 [1]
+    current_ptr,  # int64 [1] out: the parity, for the step's later kernels
+    err_ptr,  # int32 [1]
+    set_words,
+    spin_limit,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    R: tl.constexpr,
+    HEAD0: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
+    then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing.
+    Every program copies the parity into ``current`` (the set of this step's later kernels).
+
+    It releases the scorer as soon as its own wait is over: the scorer loads the lengths,
+    the compact table and its first pages before it waits for this kernel (``score_pages``'
+    prefetch), and nothing earlier in the stream writes them once this kernel's producer is
+    done. The scorer reads the tile only after that wait, i.e. after this whole grid.
+    The length, the parity, every rank's tile address and the q rows are loaded together,
+    not one L2 round trip after another.
+
+    With R replicas per head (H < CP) each replica stores only its 32 / R words of the head's
+    row: every word has exactly one writer, and every rank's tile row is complete only once
+    every rank has stored into it. That lockstep is what the two buffer sets rely on. If each
+    replica stored the whole row, a tile completed by the faster replica would let its rank
+    run steps ahead of the slower one (all-short steps wait for nobody else), and the slower
+    replica's stores would land in tiles already re-armed or already holding a later step."""
+    pdl_wait(PDL)  # for index_q's producer
+    pdl_release(PDL)
+    t = tl.program_id(0)
+    b = t // QLEN
+    seq = tl.load(seq_lens_ptr + b)
+    slot = (_SLOTS - QLEN) + t % QLEN
+    parity = tl.load(parity_ptr)
+    tl.store(current_ptr, parity)
+    base = parity * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+    tiles = peer_ptr(tile_ptrs, tl.arange(0, CP), tl.int32)  # every rank's
+    hl = tl.arange(0, HR)
+    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
+    rows = tl.load(q_ptr + (t * HR + hl[:, None]) * _WORDS + w[None, :])  # [HR, 32 / R]
+    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + tl.arange(0, H * _WORDS)
+    if seq > _LONG_LEN:
+        dst = (
+            tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * _WORDS + w[None, :])[None, :, :]
+        )  # [CP, HR, 32 / R]
+        tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, _WORDS // R]))
+        pending = has_ff_byte(tl.load(local, volatile=True))
+        spins = 0
+        while pending & (spins < spin_limit):
+            pending = has_ff_byte(tl.load(local, volatile=True))
+            spins += 1
+        if pending:
+            tl.store(err_ptr, _ERR_Q)
+
+
+@triton.jit
+def push_kernel(
+    score_ptr,  # fp32 [B, 8 * H, W] compact scores (row slot * H + head)
+    seq_lens_ptr,  # int32 [B]
+    n_local_ptr,  # int32 [B]
+    recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
+    current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
+    err_ptr,  # int32 [1]
+    part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1), or a row's group keys (warp select)
+    count_ptr,  # int32 [rows * H]: slices done (0 between calls)
+    rows_max,
+    set_elems,
+    width,  # W: the scores' columns
+    stride_sb,
+    stride_sr,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    R: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    SPLIT: tl.constexpr,  # programs per row (program_id(2)), each SLICE columns
+    SLICE: tl.constexpr,
+    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice (the row if SPLIT 1)
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
+    GROUP: tl.constexpr,  # (the two levels on one warp: SLICE / GROUP group keys, policy.push_group)
+    SORT: tl.constexpr,
+    PDL: tl.constexpr,
+    WARP_SELECT: tl.constexpr = False,  # one warp, a program a row: warp_select's PTX block
+    WARP_ASM: tl.constexpr = "",  # selects (a one-chunk row's columns, or a wider row's group
+    WARP_CONSTRAINTS: tl.constexpr = "",  # keys: warp_groups_top16); warp_asm_options' block
+):
+    """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
+    stored into slot RANK of every owner's candidates (any order: the merge sorts them).
+    Releasing the merge right after its own wait means: when the merge runs, the scorer has
+    finished reading the q tile.
+
+    With SPLIT > 1 (few rows) slice s, the row's columns [s * SLICE, (s + 1) * SLICE),
+    takes its own top 16 and the row's last slice to finish pushes the 16 best of them
+    (exact, as in the stock top-16: keys are unique)."""
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    b = t // QLEN
+    i = t % QLEN
+    slot = (_SLOTS - QLEN) + i
+    row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
+    # Before the wait (the scorer lets a small or one-warp push launch early: fast.select.policy.
+    # release_select), what no kernel of the step writes: the lengths, and the addresses of
+    # the head's R owners' candidates (ranks owners .. owners + R - 1).
+    n_local = tl.load(n_local_ptr + b)
+    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    owner0 = (h // HR) * R
+    owners = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)  # [R]
+    pdl_wait(PDL)
+    pdl_release(PDL)
+    # Where the row's 16 keys go, [R, 16]: slot RANK of the step's set, which the exchange
+    # wrote before the scorer's wait ended (the push may launch before the exchange ends).
+    slots = tl.load(current_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK
+    dst = owners[:, None] + slots + tl.arange(0, _TOPK)[None, :]
+    # A slice of one chunk is loaded right after the wait, before its length is known (its
+    # columns past it are unwritten, any bits, and the keys drop them); with it, whether to
+    # store the keys at all (see _push).
+    one_chunk: tl.constexpr = SLICE <= CHUNK
+    cols = s * SLICE + tl.arange(0, SLICE)
+    if one_chunk:
+        chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
+    else:
+        chunk = 0.0  # a longer slice reads its columns level by level (row_top16)
+    healthy = tl.load(err_ptr, volatile=True) == 0
+    if own + 1 > _TOPK:
+        # The causal cut the lying length dropped, bounded by what the scorer stored (a
+        # length past the table ranks the P pages it holds and reads no unwritten column).
+        n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
+        if WARP_SELECT:
+            tl.static_assert(SPLIT == 1, "the warp select takes a whole row")
+            if one_chunk:
+                keys = value_keys(chunk, cols, n_rank, KEY_EXACT, CP, RANK, 0.0, 0.0, False)
+                _push_warp_top16(keys, recv_ptrs, owner0, slots, healthy, R, SLICE // 32, WARP_ASM, WARP_CONSTRAINTS)
+            else:
+                # Two levels: the split's scratch (unused: one program a row) holds the
+                # row's 16 group keys between them.
+                scratch = part_ptr + (t * H + h) * _TOPK
+                best = warp_groups_top16(
+                    row_ptr, n_rank, scratch, CP, RANK, SLICE // GROUP, GROUP, WARP_ASM, WARP_CONSTRAINTS, SORT
+                )
+                _push(best, dst, healthy)
+        else:
+            best, done = row_top16(
+                row_ptr,
+                n_rank,
+                s,
+                chunk,
+                cols,
+                part_ptr + (t * H + h) * (SPLIT * _TOPK),
+                count_ptr + t * H + h,
+                KEY_EXACT,
+                CP,
+                RANK,
+                0.0,
+                0.0,
+                False,
+                SLICE,
+                SPLIT,
+                CHUNK,
+                SUPERS,
+                PER_SUPER,
+                GROUP,
+                SORT,
+            )
+            if done:
+                _push(best, dst, healthy)
+
+
+@triton.jit
+def _push(best, dst, healthy):
+    """Store a row's 16 keys at each row of ``dst`` ([R, 16] pointers: its owners' slots)
+    if ``healthy`` (this process's error flag clear). After an exchange timeout this rank's
+    scores are garbage: push nothing, so the owners time out too rather than merge it. The
+    push reads the flag after its wait, when the exchange's spins are over: the flag only
+    ever goes from 0 to set within a step, so a later reader would agree."""
+    if healthy:
+        tl.store(dst, best[None, :])
+
+
+@triton.jit
+def _push_warp_top16(
+    keys,
+    recv_ptrs,
+    owner0,
+    slots,
+    healthy,
+    R: tl.constexpr,
+    KEYS: tl.constexpr,
+    ASM: tl.constexpr,
+    CONSTRAINTS: tl.constexpr,
+):
+    """``_push`` of the top 16 of a one-warp program's ``keys`` (KEYS per lane) at
+    ``slots`` of owners owner0 .. owner0 + R - 1, selected by ``warp_select``'s PTX block
+    (ASM, CONSTRAINTS: ``warp_top16_asm(KEYS)`` and its constraints): the selected keys at
+    their slots, then its fill key K* at the slots they leave."""
+    # Not pure: its shuffles need the whole warp, so the block must stay where it is.
+    out, fill = tl.inline_asm_elementwise(
+        ASM, CONSTRAINTS, [keys], dtype=(tl.int64, tl.int64), is_pure=False, pack=KEYS
+    )
+    if healthy:
+        for o in tl.static_range(R):
+            store_warp_slots(out, fill, peer_ptr(recv_ptrs, owner0 + o, tl.int64) + slots)
+
+
+@triton.jit
+def merge_kernel(
+    seq_lens_ptr,  # int32 [B]
+    recv_ptrs,  # int64 [CP]
+    tile_ptrs,  # int64 [CP]
+    current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
+    parity_ptr,  # int64 [1] out: the set of the layer's next long step
+    err_ptr,  # int32 [1]
+    out_ptr,  # int32 [rows, HR, 16]
+    rows_max,
+    set_elems,
+    set_words,
+    spin_limit,
+    H: tl.constexpr,
+    HR: tl.constexpr,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    QLEN: tl.constexpr,
+    SORT: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
+    16 candidates of its heads is -1 (every head at once), take each head's best 15, put
+    own in slot 15 and reset the candidates to -1. Then, for a long request (the only ones
+    exchanged), re-arm the row's tile slot to 0xFF and store the flipped parity, so the
+    layer's next long step uses the other buffer set (every such program stores the same
+    value; nothing reads the parity again before the next step's exchange, which waits for
+    this grid). Launched once every push program has started, so polling never blocks a
+    push.
+
+    A row whose program finds the error flag set (by an earlier kernel, another program's
+    timeout or its own) is written -1, short rows included: after a timeout the buffers may
+    hold stale keys, and the flag stays set until the host rebuilds the state. A row merged
+    before another program's timeout set the flag keeps its output, which is exact (its
+    candidates had all arrived). No program waits for the others: a count of who finishes
+    last (to fill every row and flip the parity once) would put an atomic round trip on
+    every layer's critical path.
+
+    It lets the next kernel launch at once (a dependent waits for this grid's completion
+    before it reads anything; its launch is then off the critical path)."""
+    pdl_release(PDL)
+    t = tl.program_id(0)
+    b = t // QLEN
+    i = t % QLEN
+    seq = tl.load(seq_lens_ptr + b)
+    own = (seq - QLEN + i) // _PAGE
+    k = tl.arange(0, _TOPK)
+    current = tl.load(current_ptr)
+    # Set by an earlier kernel of the step, or by another program's timeout. Each thread
+    # loads the flag itself, and warps reading it as that store lands could disagree and
+    # split the poll below, whose reductions every warp joins: the program reads it as a
+    # block and reduces it to one verdict.
+    flag = tl.load(err_ptr + tl.zeros([HR, CP * _TOPK], tl.int32), volatile=True)
+    failed = tl.max(tl.max(flag, axis=1), axis=0) != 0
+    if own + 1 <= _TOPK:
+        for hl in tl.static_range(HR):
+            tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.where(failed, -1, short_row(k, own)))
+    else:
+        recv = peer_ptr(recv_ptrs, RANK, tl.int64) + current * set_elems
+        c = tl.arange(0, CP * _TOPK)  # candidate c: rank c // 16's key c % 16
+        hl = tl.arange(0, HR)
+        off = (((c[None, :] // _TOPK) * rows_max + t) * HR + hl[:, None]) * _TOPK + c[None, :] % _TOPK  # [HR, CP * 16]
+        keys = tl.load(recv + off, volatile=True)
+        pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
+        # An error already raised on this rank: its peers will time out, do not wait.
+        spins = tl.where(failed, spin_limit, 0)
+        while pending & (spins < spin_limit):
+            keys = tl.load(recv + off, volatile=True)
+            pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
+            spins += 1
+        # The program is MERGE_WARPS warps (one): a block of at least 32 keys holds each key
+        # in one thread, so the keys the poll's verdict read are the keys selected. Where a
+        # key has two copies (fewer keys than threads: CP = 1 with one head, or more warps)
+        # the verdict reads one of them, and the other may have been loaded before the
+        # push's store landed and still be -1 (a whole head's row of -1 under PDL, seen in a
+        # stress run). Every key was seen by some thread before the barrier, so every
+        # thread's reload after it sees it.
+        if HR * CP * _TOPK < 32 * _MERGE_WARPS:
+            tl.debug_barrier()
+            keys = tl.load(recv + off, volatile=True)
+        dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
+        if pending:
+            tl.store(err_ptr, _ERR_MERGE)
+        if pending | failed:
+            tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
+        else:
+            best = select16_rows(keys, SORT)
+            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
+        tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
+    if seq > _LONG_LEN:  # only long requests were exchanged: the step used its buffer set
+        if own + 1 <= _TOPK:
+            pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
+        hw = tl.arange(0, H * _WORDS)
+        tile = (
+            peer_ptr(tile_ptrs, RANK, tl.int32)
+            + current * set_words
+            + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
+        )
+        tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
+        tl.store(parity_ptr, 1 - current)

@@ -1,0 +1,31 @@
+"""What every page scorer reads first (docs/DESIGN.md §4): a request's pages to score, and
+its query rows with each row's causal bound."""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import PAGE
+
+_PAGE = tl.constexpr(PAGE)
+
+
+@triton.jit
+def pages_scored(lens_ptr, b, W):
+    """(length, n): request b's length and the pages scored, min((len - 1) // 128, W).
+    Written without negative division (C and numpy round it differently)."""
+    length = tl.load(lens_ptr + b)
+    return length, tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+
+
+@triton.jit
+def query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT0: tl.constexpr, ROWS: tl.constexpr):
+    """(r, own, q): the tile's rows r = slot * HS + head from slot SLOT0 on (ROWS of them,
+    past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
+    fp16 [ROWS, 128] (E4M3 -> fp16 is exact; padding rows 0)."""
+    r = SLOT0 * HS + tl.arange(0, ROWS)
+    slot_len = length - 8 + r // HS
+    own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
+    d = tl.arange(0, 128)
+    tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
+    qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
+    return r, own, qb.to(tl.float8e4nv, bitcast=True).to(tl.float16)

@@ -1,0 +1,63 @@
+"""The table scorer: each code's value gathered from the fp16 table of every (scale byte,
+code) pair (``fast.tables.dequant_lut``), then ``tl.dot`` with 16-bit operands and fp32
+accumulators. It is the interpreter's scorer — no fp8 conversion in the kernel, which the
+interpreter gets wrong — and runs on a GPU too, for comparison."""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import CODE_BYTES, PAGE_BYTES
+
+from .device import pdl_wait
+from .score_rows import pages_scored, query_rows
+
+_PAGE_BYTES = tl.constexpr(PAGE_BYTES)
+_CODE_BYTES = tl.constexpr(CODE_BYTES)
+
+
+@triton.jit
+def score_kernel_table(
+    q_ptr,  # uint8 [.., B, 8, HS, 128] query tile (E4M3 bytes); offset by q_sel below
+    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_set_stride,  # bytes between tile sets (0 where there is one)
+    k_ptr,  # uint8 [N, 9216] pages
+    bt_ptr,  # int32 [B, W]
+    lens_ptr,  # int32 [B]
+    out_ptr,  # fp32 [B, 8 * HS, W]
+    lut_ptr,  # fp16 [256 * 16]
+    W,
+    stride_bt,
+    stride_ob,
+    stride_or,
+    HS: tl.constexpr,
+    SLOT0: tl.constexpr,  # the first slot scored
+    ROWS: tl.constexpr,  # rows_for((8 - SLOT0) * HS): the rows scored, padded (the MMA's N)
+    V: tl.constexpr,  # pages per program, as a leading tensor dimension
+    PDL: tl.constexpr,
+):
+    b = tl.program_id(0)
+    first = tl.program_id(1) * V
+    pdl_wait(PDL)
+    length, n = pages_scored(lens_ptr, b, W)
+    if first < n:
+        r, own, q = query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, SLOT0, ROWS)
+        qt = tl.broadcast_to(tl.trans(q)[None, :, :], [V, 128, ROWS])
+        v = tl.arange(0, V)
+        j = first + v  # [V] page columns
+        live = j < n
+        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j, mask=live, other=0).to(tl.int64)
+        base = k_ptr + page * _PAGE_BYTES  # [V]
+        t = tl.arange(0, 128)
+        i = tl.arange(0, 64)
+        byte = t[:, None] * 64 + i[None, :]  # [128 tokens, 64 code bytes]
+        group = _CODE_BYTES + t[:, None] * 8 + i[None, :] // 8
+        codes = tl.load(base[:, None, None] + byte[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+        scales = tl.load(base[:, None, None] + group[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+        lo = tl.load(lut_ptr + scales * 16 + (codes & 15))
+        hi = tl.load(lut_ptr + scales * 16 + (codes >> 4))
+        k = tl.reshape(tl.join(lo, hi), [V, 128, 128])  # element 2i: low nibble, 2i + 1: high
+        dots = tl.dot(k, qt, out_dtype=tl.float32)  # [V, 128 tokens, ROWS]
+        best = tl.max(dots, axis=1) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
+        dst = out_ptr + b.to(tl.int64) * stride_ob + r[None, :] * stride_or + j[:, None]
+        keep = live[:, None] & (r[None, :] < 8 * HS) & (j[:, None] < own[None, :])
+        tl.store(dst, best, mask=keep)

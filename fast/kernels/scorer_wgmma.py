@@ -1,0 +1,461 @@
+"""The GPU page scorer: NVFP4 codes dequantized straight into Hopper wgmma register
+fragments (Gluon), so the fp16 tile never goes through shared memory.
+
+Why: a Triton scorer (``scorer_prmt.py``) writes each page's 32 KB fp16 tile to shared memory
+for wgmma and reads it back, several times the bytes it reads from HBM: that shared traffic,
+not HBM, bounds it. wgmma takes its A operand from registers
+when they hold the A fragment: in each warp, lane (gid, tig) holds rows 16w + gid and
+16w + gid + 8 and, per 16-wide k block kb, columns 2 tig + {0, 1} and 2 tig + 8 + {0, 1}.
+
+The trick: the dot product's dimension may be permuted freely if q is permuted alike. We
+give logical column k = 16 kb + 8 h + 2 tig + e the physical dimension
+``d(k) = 32 tig + 4 kb + 2 h + e``. Then lane tig's 32 columns of a row are the physical
+dimensions [32 tig, 32 tig + 32): two whole NVFP4 groups (2 tig, 2 tig + 1), 16 contiguous
+code bytes and 2 scale bytes. Each lane loads exactly those, decodes each group with the
+``prmt`` asm block of ``dequant_prmt.py`` (16 fp16 values), and joins / permutes them into
+the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compile time that
+no data moves between threads. q is gathered in the same order into a [128, ROWS] shared
+tile once per program. Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
+bytes (``fast.tables.scale_tables``, an L1-resident load per group) instead of being
+computed per group, which saves 5 of the group's 13 conversions.
+
+The MMA's N is the rows scored: a decode step fills only the tile's last query_len slots,
+and the kernel scores the rows from slot ``SLOT0`` on (``score_pages``' ``first_slot``), so
+N follows query_len x Hs rather than 8 x Hs. Up to 8 rows the MMA is Ampere's per-warp
+``mma.sync`` m16n8k16 instead (same A fragment, q in registers): N = 8 needs no padding rows
+(wgmma's N is at least 16) and each warp runs on without waiting for its warpgroup at every
+block; at N >= 16 its q operand and accumulators in registers would cost programs per SM,
+so wgmma takes over there (``mma_rows``). Scores equal the reference's within its
+fp32-order bound (the sum's order differs); exact-arithmetic inputs give the same bits as
+every other path.
+
+Gluon (Triton's explicit-layout dialect) runs on GPUs only; the interpreter keeps the table
+scorer of ``scorer.py``.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.runtime.jit import constexpr_function
+
+from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
+
+from .dequant_prmt import GROUP_ASM_TABLED
+
+_PAGE = gl.constexpr(PAGE)
+_PAGE_BYTES = gl.constexpr(PAGE_BYTES)
+_CODE_BYTES = gl.constexpr(CODE_BYTES)
+# Most pages per program, and 64-token blocks loaded ahead of the one decoded.
+WGMMA_PAGES = 8
+WGMMA_DEPTH = 2
+# Programs per SM a grid of WGMMA_PAGES-page programs needs (else 4 pages), and below which
+# 4 pages per program shrink further (4-5 programs fit at once at Hs <= 4).
+_PROGRAMS_PER_SM_FOR_MOST = 16
+_PROGRAMS_PER_SM = 4
+
+
+def long_row_pages(rows: int) -> int:
+    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
+    N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
+    shared memory a program at 8 pages — out of the L1 the scale-table gathers hit."""
+    return 4 if rows == 32 else WGMMA_PAGES
+
+
+def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
+    """``long_row_pages(rows)`` where its grid still gives every SM _PROGRAMS_PER_SM_FOR_MOST
+    programs (fewer, larger programs leave a longer tail), else 4, halved while the grid
+    would fill fewer than _PROGRAMS_PER_SM programs per SM: a short row scored by a few
+    programs pays each one's pages in series. rows: the MMA's N (``mma_rows`` of the rows
+    scored)."""
+    most = long_row_pages(rows)
+    if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
+        return most
+    ppp = 4
+    while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
+        ppp //= 2
+    return ppp
+
+
+def partial_maxima(rows: int, pages: int) -> int:
+    """The partial maxima per page and row the wgmma kernel keeps in shared memory at N =
+    ``rows`` with ``pages`` per program: 32 (one per thread of a warp's 32 rows — no
+    shuffle in the page loop) where the epilogue's share is small — up to 8 rows, or up to
+    32 rows with 4 or more pages a program (each warp reduces its own page); else 8 (two
+    shuffle rounds a page). Fewer pages than warps would repeat the final reduction in
+    every warp, which is why 32 rows need 4 pages for 32 partials."""
+    return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
+
+
+def max_registers(rows: int) -> int | None:
+    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
+    (None: the compiler's choice).
+
+    Up to N = 16 the compiler's choice leaves one program per SM fewer than 80 registers
+    would (registers go out per warp in units of 256), and 80 spills nothing there
+    (``tests/test_tools.py`` checks the spills); from N = 32 a cap spills."""
+    return 80 if mma_rows(rows) <= 16 else None
+
+
+def mma_rows(rows: int) -> int:
+    """This kernel's N (its q tile's rows) for ``rows`` live query rows (live slots x Hs):
+    8 up to 8 rows — the per-warp mma.sync, no padding rows — else ``rows_for(rows)``
+    (wgmma)."""
+    return 8 if rows <= 8 else rows_for(rows)
+
+
+def rows_for(rows: int) -> int:
+    """The MMA's N for the Triton scorers and for wgmma: ``rows`` live query rows rounded
+    up to a power of two, at least 16 (tl.dot's minimum; wgmma with N = 8 compiles but
+    faulted on the H200, illegal address — up to 8 rows this kernel runs mma.sync instead)."""
+    return max(16, triton.next_power_of_2(rows))
+
+
+# Where a block's int64 [64, 8] code words (and their scale bytes) live: lane (gid, tig) of
+# warp w holds groups 2 tig, 2 tig + 1 of tokens 16 w + gid and 16 w + gid + 8, exactly the
+# groups of its A fragment.
+_GROUP_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [8, 0]],
+        lane_bases=[[0, 2], [0, 4], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[64, 8],
+    )
+)
+
+
+@gluon.jit
+def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
+    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t.
+
+    Physical (g, c) = (2 tig + gh, 4 kl + 2 h + e) is logical k = 16 (4 gh + kl) + 8 h + 2 tig
+    + e: join the 16 codes into trailing axes (e, h, kl0, kl1), split g into (tig, gh), and
+    order the axes as k's digits, most significant first."""
+    c0 = gl.join(gl.join(o0, o1), gl.join(o2, o3))
+    c1 = gl.join(gl.join(o4, o5), gl.join(o6, o7))
+    c2 = gl.join(gl.join(o8, o9), gl.join(o10, o11))
+    c3 = gl.join(gl.join(o12, o13), gl.join(o14, o15))
+    x = gl.join(gl.join(c0, c1), gl.join(c2, c3))  # [T, g, e, h, kl0, kl1]
+    T: gl.constexpr = x.shape[0]
+    x = gl.reshape(x, [T, 4, 2, 2, 2, 2, 2])  # [T, tig, gh, e, h, kl0, kl1]
+    x = gl.permute(x, (0, 2, 6, 5, 4, 1, 3))  # [T, gh, kl1, kl0, h, tig, e]
+    return gl.reshape(x, [T, 128])
+
+
+@gluon.jit
+def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
+    """int64 [64, 8] code words and int32 [64, 8] scale bytes of tokens [first_token,
+    first_token + 64) of a page, in ``_GROUP_LAYOUT``; MASKED: zeros where ``live`` is
+    false, else the page's bytes whatever ``live`` says."""
+    t = first_token + gl.arange(0, 64, layout=gl.SliceLayout(1, _GROUP_LAYOUT))
+    g = gl.arange(0, 8, layout=gl.SliceLayout(0, _GROUP_LAYOUT))
+    if MASKED:
+        codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
+        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    else:
+        codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :])
+        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :])
+    return codes, scales.to(gl.int32)
+
+
+@gluon.jit
+def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks, MASKED: gl.constexpr):
+    """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
+    blk // 2); past the program's blocks or the row's n pages, zeros (MASKED) or the
+    cache's page 0 (valid memory whenever a row has pages; such scores are never stored).
+
+    A masked load's registers are zeroed first (8 `CS2R` a page), which the mma.sync kernel
+    (N = 8) avoids by loading page 0 instead; the wgmma kernel keeps the masks, which did not
+    cost it overall."""
+    j = first + blk // 2
+    live = (blk < blocks) & (j < n)
+    page = gl.load(bt_row + j, mask=live, other=0).to(gl.int64)
+    return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64, MASKED)
+
+
+@gluon.jit
+def _dequant_fragment(codes, scales, tab_ptr, a_layout: gl.constexpr):
+    """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
+    ``a_layout`` without moving data (checked at compile time). tab_ptr: ``scale_tables``."""
+    tables = gl.load(tab_ptr + scales)  # each group's 8 magnitudes (int64), from L1
+    o = gl.inline_asm_elementwise(
+        GROUP_ASM_TABLED,
+        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
+        [codes, tables],
+        dtype=(gl.float16,) * 16,
+        is_pure=True,
+        pack=1,
+    )
+    a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
+    return gl.convert_layout(a, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _advance(c0, s0, c1, s1, cn, sn, DEPTH: gl.constexpr):
+    """The block pipeline one step on: (c0, s0) is decoded next; with DEPTH 2, (c1, s1) is
+    the block after it and (cn, sn) the one just loaded."""
+    if DEPTH == 2:
+        return c1, s1, cn, sn
+    else:
+        return cn, sn, cn, sn
+
+
+@constexpr_function
+def _pow2(n):
+    """The least power of 2 >= n, at compile time (Gluon's tensor shapes are powers of 2)."""
+    return triton.next_power_of_2(n)
+
+
+@gluon.jit
+def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
+    """Fold block H (0 or 1) of page i into the page's per-token-slot maximum ``best``; after
+    block 1, store PARTS partial maxima of every row at ``maxima[i, :PARTS, :]``. Both MMAs
+    give lane (g, t) of warp w the tokens 16 w + g and 16 w + 8 + g, so at PARTS = 32 each
+    thread's maximum of its two is partial maximum 8 w + g and needs no other thread; a
+    smaller PARTS (``partial_maxima``) first folds the lanes whose g agree modulo PARTS / 4
+    (shuffles). The epilogue reduces them once per program, not per page: a reduction over
+    the warp's lanes every page would be a large share of a page's instructions. Returns
+    the running maximum."""
+    if H == 0:
+        best = acc
+    else:
+        best = gl.maximum(best, acc)
+        G: gl.constexpr = PARTS // 4  # the g kept apart
+        # rows 16 w + 8 h + (8 / G) a + c: h is the thread's own, a in other lanes
+        part = gl.max(gl.max(gl.reshape(best, [4, 2, 8 // G, G, best.shape[1]]), axis=1), axis=1)
+        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[1]]))
+    return best
+
+
+@gluon.jit
+def _block(
+    k_ptr,
+    k64_ptr,
+    tab_ptr,
+    bt_row,
+    first,
+    n,
+    i,
+    h: gl.constexpr,
+    c0,
+    s0,
+    c1,
+    s1,
+    run,
+    fold,
+    q_op,
+    zeros,
+    maxima,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    DEPTH: gl.constexpr,
+    PARTS: gl.constexpr,
+    LOADS_ONLY: gl.constexpr,
+):
+    """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
+    decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
+    page's maxima folded (``_page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
+    folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
+    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
+    if LOADS_ONLY:
+        fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
+    else:
+        a = _dequant_fragment(c0, s0, tab_ptr, a_layout)
+        if ROWS == 8:
+            acc = mma_v2(a, q_op, zeros)
+        else:
+            acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+        run = _page_max(acc, run, h, maxima, i, PARTS)
+    c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
+    return c0, s0, c1, s1, run, fold
+
+
+@gluon.jit
+def score_kernel_wgmma(
+    q_ptr,
+    q_sel_ptr,
+    q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
+    k_ptr,  # uint8 [N, 9216] pages
+    k64_ptr,  # the same memory as int64 [N, 1152]
+    tab_ptr,  # int64 [256]: dequant_prmt.scale_tables
+    bt_ptr,
+    lens_ptr,
+    out_ptr,
+    W,
+    stride_bt,
+    stride_ob,
+    stride_or,  # as scorer._score_kernel
+    HS: gl.constexpr,
+    SLOT0: gl.constexpr,  # the first slot scored: rows SLOT0 * HS .. 8 * HS - 1 (the step's queries)
+    ROWS: gl.constexpr,  # mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
+    PPP: gl.constexpr,  # pages per program
+    DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
+    PDL: gl.constexpr,
+    PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
+    RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
+    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP)
+    LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
+):
+    """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
+    the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
+    64-token blocks (one wgmma, or one mma.sync per warp at ROWS = 8; the 4 warps hold 16
+    tokens each). Each thread keeps its own maxima of every page in shared memory; one
+    barrier and one reduction over them per program then give the PPP columns (a reduction
+    across warps or lanes every page would cost a large share of the page's issue).
+
+    Under PDL with RELEASE the kernel lets its dependent (the select) launch at once: its
+    launch is then off the critical path, but its programs take the slots the scorer frees
+    first, packed onto a few SMs (``score_pages``' release). With PREFETCH the program
+    loads its length, its table entries and its first blocks before waiting for the
+    producer (the q tile's): only for a producer that releases this kernel after its own
+    wait, when nothing earlier in the stream still writes the cache, the table or the
+    lengths (``score_pages``' prefetch)."""
+    # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp
+    if ROWS == 8:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
+    else:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    b = gl.program_id(0)
+    first = gl.program_id(1) * PPP
+    if PDL:
+        if not PREFETCH:
+            gdc_wait()
+        if RELEASE:
+            gdc_launch_dependents()
+    # n and own below are scorer._pages_scored / _query_rows' formulas (a Gluon kernel
+    # cannot call triton.jit helpers); tests hold both kernels to the same stored columns.
+    length = gl.load(lens_ptr + b)
+    n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
+    if first < n:
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2, ROWS != 8)
+        if DEPTH == 2:
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2, ROWS != 8)
+        else:
+            c1, s1 = c0, s0
+        if PDL:
+            if PREFETCH:
+                gdc_wait()  # for the q tile
+        # q, gathered in logical column order: row k of the shared tile is dimension d(k)
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
+        k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
+        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
+        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
+        tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
+        qb = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
+        q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
+        q_smem = gl.allocate_shared_memory(
+            gl.float16, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], gl.float16), q16
+        )
+        fence_async_shared()
+        gl.thread_barrier()
+        if ROWS == 8:  # mma.sync takes q from registers: loaded once
+            q_op = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+        else:
+            q_op = q_smem
+        # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
+        PAD: gl.constexpr = _pow2(PPP)
+        maxima = gl.allocate_shared_memory(gl.float32, [PAD, PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
+        run = zeros  # each page's running maximum (its first block overwrites it)
+        fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
+        # Unrolled at N = 8: the pipeline's blocks then stay in their registers instead of
+        # moving one slot on per trip (20 moves a page), and the scale bytes' extraction
+        # folds. The wgmma kernel is slower unrolled (its code grows past what it saves), so
+        # it keeps the loop.
+        if ROWS == 8:
+            for i in gl.static_range(PPP):
+                for h in gl.static_range(2):  # the page's two blocks
+                    c0, s0, c1, s1, run, fold = _block(
+                        k_ptr,
+                        k64_ptr,
+                        tab_ptr,
+                        bt_row,
+                        first,
+                        n,
+                        i,
+                        h,
+                        c0,
+                        s0,
+                        c1,
+                        s1,
+                        run,
+                        fold,
+                        q_op,
+                        zeros,
+                        maxima,
+                        a_layout,
+                        ROWS,
+                        PPP,
+                        DEPTH,
+                        PARTS,
+                        LOADS_ONLY,
+                    )
+        else:
+            for i in range(PPP):
+                for h in gl.static_range(2):
+                    c0, s0, c1, s1, run, fold = _block(
+                        k_ptr,
+                        k64_ptr,
+                        tab_ptr,
+                        bt_row,
+                        first,
+                        n,
+                        i,
+                        h,
+                        c0,
+                        s0,
+                        c1,
+                        s1,
+                        run,
+                        fold,
+                        q_op,
+                        zeros,
+                        maxima,
+                        a_layout,
+                        ROWS,
+                        PPP,
+                        DEPTH,
+                        PARTS,
+                        LOADS_ONLY,
+                    )
+        if LOADS_ONLY:  # a store the compiler cannot drop, and no GPU makes
+            gl.store(
+                out_ptr + gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT),
+                fold.to(gl.float32),
+                mask=fold == 0x5EED5EED5EED,
+            )
+            return
+
+        gl.thread_barrier()
+        # [PAD pages, PARTS partial maxima, ROWS], page i on warp i (PAD < 4 repeats over warps,
+        # PAD > 4 wraps), a thread's V rows and its PARTS / T partial maxima of them contiguous
+        # (ldmatrix loads; the convert is then trivial); one masked store (a thread per row
+        # would run every page's loop in all 4 warps at ROWS <= 32).
+        V: gl.constexpr = max(1, ROWS // 32)  # rows a thread holds: ROWS / V <= 32 lanes along them
+        T: gl.constexpr = 32 * V // ROWS  # lanes along the partial maxima
+        across: gl.constexpr = gl.BlockedLayout([1, PARTS // T, V], [1, T, ROWS // V], [4, 1, 1], [2, 1, 0])
+        tops: gl.constexpr = gl.SliceLayout(1, across)
+        r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))  # row = slot * HS + head
+        page = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
+        j = first + page
+        slot_len = length - 8 + r // HS
+        own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
+        keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
+        if PAD != PPP:
+            keep = keep & (page < PPP)[:, None]
+        # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * PARTS, ROWS].
+        flat: gl.constexpr = gl.BlockedLayout([PARTS // T, V], [T, ROWS // V], [4, 1], [1, 0])
+        v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
+        # +0.0: an all-zero sum is +0.0
+        best = gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
+        out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
+        gl.store(out_row[None, :] + j[:, None], best, mask=keep)

@@ -1,0 +1,135 @@
+"""The stock decode's kernels (docs/DESIGN.md §5): the queries into the 8-slot tile, and the
+top-16 by MiniMax's 16-bit key over each row's own score range."""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import SLOTS, TOPK
+
+from ..select.levels import KEY_STOCK, RANKED, fmaf, keys_to_pages, row_top16, short_row
+from .device import pdl_release, pdl_wait
+
+_SLOTS = tl.constexpr(SLOTS)
+_TOPK = tl.constexpr(TOPK)
+
+
+@triton.jit
+def q_to_tile_kernel(
+    q_ptr,  # int32 [rows, HS * 32]: this rank's heads, E4M3 bytes as words
+    tile_ptr,  # int32 [B, 8, HS, 32]
+    HS: tl.constexpr,
+    QLEN: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Row t = (b, i) goes to slot 8 - QLEN + i of request b. Releases the scorer once
+    its own wait is over (the scorer loads the table, the lengths and its first pages
+    before it waits for this kernel: ``score_pages``' prefetch)."""
+    pdl_wait(PDL)
+    pdl_release(PDL)
+    t = tl.program_id(0)
+    b = t // QLEN
+    slot = (_SLOTS - QLEN) + t % QLEN
+    w = tl.arange(0, HS * 32)
+    tl.store(tile_ptr + (b * _SLOTS + slot) * (HS * 32) + w, tl.load(q_ptr + t * (HS * 32) + w))
+
+
+@triton.jit
+def _min_max(lo_a, hi_a, lo_b, hi_b):
+    """``tl.reduce``'s combine for a row's (min, max) in one pass."""
+    return tl.minimum(lo_a, lo_b), tl.maximum(hi_a, hi_b)
+
+
+@triton.jit
+def stock_topk_kernel(
+    score_ptr,  # fp32 [B, 8 * HS, W]
+    seq_lens_ptr,  # int32 [B]
+    out_ptr,  # int32 [rows, HS, 16]
+    part_ptr,  # int64 scratch, read as uint32 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
+    P,  # pages the table holds (<= W)
+    stride_sb,
+    stride_sr,
+    HS: tl.constexpr,
+    QLEN: tl.constexpr,
+    WIDTH: tl.constexpr,  # the row's columns rounded up to a power of two
+    SPLIT: tl.constexpr,  # programs per row (program_id(2)), each WIDTH // SPLIT columns
+    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
+    GROUP: tl.constexpr,
+    EMULATE_FMA: tl.constexpr,
+    SORT: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15.
+
+    With SPLIT > 1 (few rows: one program per row would leave the GPU idle while it runs
+    three dependent selects) slice s of the row, columns [s * W / SPLIT, (s + 1) * W /
+    SPLIT), takes its own top 16; the row's last slice to finish selects the 16 best of the
+    SPLIT * 16. Exact: keys are unique and the best 16 of a row are among its slices' best.
+    It lets the next kernel launch once its own wait is over (a dependent waits for this
+    grid's completion before it reads anything)."""
+    pdl_wait(PDL)
+    pdl_release(PDL)
+    t = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    b = t // QLEN
+    i = t % QLEN
+    slot = (_SLOTS - QLEN) + i
+    row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
+    # The loads that need no length go out with the length's, not one L2 round trip after
+    # it (a top-16 at 8192 pages is a chain of dependent steps, latency-bound): the whole
+    # (padded) row, for the range every slice keys by — one load, not a loop over chunks —
+    # and for a select of one chunk, that chunk. Columns past the length are unwritten
+    # (any bits); the masks below drop them.
+    j = tl.arange(0, WIDTH)
+    row = tl.load(row_ptr + j, mask=j < P, other=0.0)
+    first = tl.load(row_ptr)  # column 0: P >= 1 (checks.plan_inputs)
+    one_chunk: tl.constexpr = WIDTH // SPLIT <= CHUNK
+    cols = s * (WIDTH // SPLIT) + tl.arange(0, WIDTH // SPLIT)
+    if one_chunk and SPLIT > 1:
+        mine = tl.load(row_ptr + cols, mask=cols < P, other=0.0)
+    else:
+        mine = row
+    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // 128
+    k = tl.arange(0, _TOPK)
+    dst = out_ptr + (t * HS + h) * _TOPK + k
+    if own + 1 <= _TOPK:
+        if s == 0:
+            tl.store(dst, short_row(k, own))
+    else:
+        n = tl.minimum(own, P)
+        # Both ends in one reduction, column 0's score (ranked: n >= 1 here) standing in for
+        # the columns from n on, which moves neither end: one select a column, not two, and
+        # one reduction tree.
+        ranked = tl.where(j < n, row, first)
+        lo, hi = tl.reduce((ranked, ranked), 0, _min_max)
+        span = hi - lo
+        scale = tl.where(span == 0, 0.0, tl.math.div_rn(65534.0, tl.where(span == 0, 1.0, span)))
+        bias = fmaf(-lo, scale, tl.full([], 1.5, tl.float32), EMULATE_FMA)
+        parts = part_ptr.to(tl.pointer_type(tl.uint32)) + (t * HS + h) * (SPLIT * _TOPK)
+        best, done = row_top16(
+            row_ptr,
+            n,
+            s,
+            mine,
+            cols,
+            parts,
+            count_ptr + t * HS + h,
+            KEY_STOCK,
+            1,
+            0,
+            scale,
+            bias,
+            EMULATE_FMA,
+            WIDTH // SPLIT,
+            SPLIT,
+            CHUNK,
+            SUPERS,
+            PER_SUPER,
+            GROUP,
+            SORT,
+        )
+        if done:
+            tl.store(dst, tl.where(k == RANKED, own, keys_to_pages(best)))

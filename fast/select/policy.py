@@ -1,0 +1,174 @@
+"""The top-16 select's launch policy, every choice in one place: the shape of the levels over
+a row of W score columns (``SelectShape``, fixed per plan), how many programs share a row
+when rows are few (``plan_split``), how many warps run a CP push program (``push_warps``),
+which rows go to the one-warp PTX block (``warp_select_keys``), and which selects the
+scorer launches early under PDL (``release_select``). The numbers below were chosen by
+measurement on an H200; the figures are in ``fast/tools/PERF.md``."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import triton
+
+from ..backend import sm_count
+
+MAX_CHUNK = 1024  # rows up to this many columns take a single select
+MAX_SUPERS = 128  # longer rows: the top 16 of at most 128 supergroup maxima first
+MAX_GROUP = 8  # columns per group of the last level
+MAX_SPLIT = 16  # most programs per row of a split select
+MIN_SPLIT = 4  # fewest slices the policy splits a row into: fewer do not pay for the merge
+MIN_SLICE = 512  # fewest columns per program the policy splits a row into
+SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into
+SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
+RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
+RELEASE_COLUMNS = 2048  # widest one-warp push the scorer launches early (release_select)
+QUEUED_PER_SM = 4  # fewest programs per SM of a CP push that runs on fewer warps (push_warps)
+WARP_SELECT_PER_SM = 2  # the same for a push through the PTX block (push_warps)
+PUSH_GROUP = 4  # columns per group of the CP push's last level (SelectShape.for_width)
+MIN_COLUMNS = 512  # fewest keys the PTX block takes: below it one warp's tl.topk is as fast
+MAX_COLUMNS = 1024  # most: 32 keys a lane, the block's registers still fit one warp
+WIDE_MAX_KEYS = 512  # group keys of a row wider than a chunk in two levels on one warp
+WIDE_MAX_GROUP = 8  # widest group of those two levels (warp_groups_top16 loads it as one tree)
+
+
+@dataclass(frozen=True)
+class SelectShape:
+    """CHUNK / SUPERS / PER_SUPER / GROUP constexprs of ``levels.top16`` (all powers of two):
+    a row longer than CHUNK is SUPERS supergroups of PER_SUPER groups of GROUP columns."""
+
+    chunk: int
+    supers: int
+    per_super: int
+    group: int
+
+    @classmethod
+    def for_width(cls, width: int, max_chunk: int = MAX_CHUNK, group: int = MAX_GROUP) -> SelectShape:
+        """The shape for rows of ``width`` columns: one chunk up to ``max_chunk``, else
+        supergroups of (up to) 8 groups of (up to) ``group`` columns, at most MAX_SUPERS
+        supergroups while the groups fill 8 per supergroup.
+
+        Each level selects 16 of at least 16 (tl.topk needs k <= n). Groups of 8 (the stock
+        select): 8192 columns are 128 supergroups of 8 groups of 8, every select over 128
+        keys. Groups of 4 (PUSH_GROUP, the CP push, whose rows are shorter and more
+        numerous): 4096 columns are 128 x 8 x 4, 2048 64 x 8 x 4; 8192 (CP 1 only)
+        128 x 16 x 4, its second select over 256."""
+        padded = triton.next_power_of_2(max(width, 16))
+        if padded <= max_chunk:
+            # Single level always; the three-level branch still needs valid shapes to compile.
+            return cls(chunk=padded, supers=16, per_super=1, group=1)
+        supers = max(16, min(MAX_SUPERS, padded // (group * MAX_GROUP)))
+        rest = padded // supers
+        group = min(group, rest)
+        return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)
+
+
+def check_split(split) -> None:
+    """Raise ValueError unless split is None (the policy) or a power of two up to MAX_SPLIT."""
+    if split is not None and (type(split) is not int or not 1 <= split <= MAX_SPLIT or split & (split - 1)):
+        raise ValueError(f"split: {split!r} (a power of two, 1..{MAX_SPLIT}, or None)")
+
+
+def select_split(programs: int, width: int, sms: int) -> int:
+    """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
+    ``sms`` SMs: 1 for a row of one chunk (MAX_CHUNK columns: one select, where a split
+    adds a count and a merge), else doubled from 1 while the grid stays within
+    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns — and 1 if that
+    comes to fewer than MIN_SPLIT slices.
+
+    Why: one program a row runs three dependent selects over a long row while most SMs
+    idle; slices run them side by side, and pay a count and a merge of their 16s. That pays
+    only while the grid leaves SMs free and each slice is long."""
+    padded = triton.next_power_of_2(max(width, 16))
+    if padded <= MAX_CHUNK:
+        return 1
+    split = 1
+    while split < MAX_SPLIT and programs * split * 2 <= SPLIT_PER_SM * sms and padded // (2 * split) >= MIN_SLICE:
+        split *= 2
+    return split if split >= MIN_SPLIT else 1
+
+
+def release_select(programs: int, warps: int = 4, columns: int = 0) -> bool:
+    """Whether the scorer lets a select of ``programs`` programs (rows x heads x split) of
+    ``warps`` warps and ``columns`` columns each launch at once under PDL (``score_pages``'
+    release) rather than at its end: a small grid, or one-warp programs of at most
+    RELEASE_COLUMNS columns (a CP push queued several to an SM anyway, ``push_warps``).
+    Early, the launch is hidden, but the programs land several to an SM on the SMs the
+    scorer frees first: that costs a grid of latency-bound four-warp selects, and one of
+    long one-warp selects, more than it saves."""
+    return programs <= RELEASE_PROGRAMS or (warps == 1 and columns <= RELEASE_COLUMNS)
+
+
+def push_warps(programs: int, one_chunk: bool, sms: int, warp_select: bool = False) -> int:
+    """Warps per program of the CP push (``kernels.cp.push_kernel``): a row that goes to the
+    PTX block (``warp_select_keys``: a GPU's row of 512-1024 keys, its columns or its
+    groups') runs on one warp from WARP_SELECT_PER_SM programs per SM;
+    otherwise 4 while there are fewer than QUEUED_PER_SM programs per SM (each select's
+    latency counts), else 1 for a one-chunk select and 2 for a three-level one (throughput
+    counts).
+
+    Why: one warp's ``tl.topk`` runs in registers and shuffles, four warps' through shared
+    memory and barriers, so one warp is slower alone but gives more throughput once
+    programs queue on every SM; a three-level select, whose first level reduces the whole
+    row, does best on two. The PTX block is one warp's by construction.
+    """
+    if warp_select and programs >= WARP_SELECT_PER_SM * sms:
+        return 1
+    if programs < QUEUED_PER_SM * sms:
+        return 4
+    return 1 if one_chunk else 2
+
+
+def fit_split(split: int, programs: int, width: int) -> int:
+    """``split`` halved until the grid fits the scratch (SPLIT_PROGRAMS) and every slice
+    holds at least 16 columns (a select takes 16 of at least 16)."""
+    padded = triton.next_power_of_2(max(width, 16))
+    while split > 1 and (programs * split > SPLIT_PROGRAMS or padded // split < 16):
+        split //= 2
+    return split
+
+
+def plan_split(
+    requested: int | None, programs: int, width: int, device, shape: SelectShape
+) -> tuple[int, int, SelectShape]:
+    """(split, columns per slice, a slice's select shape) for a top-16 over ``programs`` rows
+    x heads of ``width`` columns whose whole-row shape is ``shape``: ``requested`` (None:
+    ``select_split`` on a GPU, 1 elsewhere) lowered by ``fit_split``. Unsplit, the slice is
+    the whole padded row and its shape ``shape``."""
+    if requested is None:
+        requested = select_split(programs, width, sm_count(str(device))) if device.type == "cuda" else 1
+    split = fit_split(requested, programs, width)
+    columns = triton.next_power_of_2(max(width, 16)) // split
+    return split, columns, shape if split == 1 else _slice_shape(columns, shape.chunk)
+
+
+@functools.cache
+def _slice_shape(columns: int, max_chunk: int) -> SelectShape:
+    """A slice's shape, slices no wider than the whole row's chunk allows (cached: chosen at
+    every launch)."""
+    return SelectShape.for_width(columns, max_chunk)
+
+
+def warp_select_keys(split: int, columns: int, shape) -> int:
+    """Keys a push program's row gives the PTX block (on a GPU, where the program is one
+    warp: ``push_warps``), or 0 where the push keeps ``tl.topk``: a row of one program
+    (split 1) and MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk
+    (``shape``: its ``SelectShape``), else its groups' stand-in keys
+    (``levels.warp_groups_top16``, two levels where ``top16`` takes three): one per
+    ``shape.group`` columns, or WIDE_MAX_KEYS of wider groups (``push_group``)."""
+    if columns <= shape.chunk:
+        keys = columns
+    else:
+        keys = min(columns // shape.group, WIDE_MAX_KEYS)
+        if columns // keys > WIDE_MAX_GROUP:
+            return 0
+    return keys if split == 1 and MIN_COLUMNS <= keys <= MAX_COLUMNS else 0
+
+
+def push_group(columns: int, keys: int, shape) -> int:
+    """The push's GROUP for rows of ``columns`` columns whose select is ``shape`` and whose
+    block takes ``keys`` keys (``warp_select_keys``; 0: none): a row wider than a chunk in
+    two levels on one warp takes groups of columns / keys (4 at 2048 columns, 8 at 4096),
+    every other row its shape's."""
+    return columns // keys if keys and columns > shape.chunk else shape.group

@@ -1,0 +1,584 @@
+"""``python -m fast bench`` (``make bench``): the performance evidence, measured in one run.
+
+Prints a table (machine header first) and writes ``results.json`` and PNG plots under
+``--out``. Sections:
+1. ceilings: a large device-to-device copy and a read-only streaming kernel (GB/s);
+2. the scorer alone, Hs = 1 (stock) and Hs = 4 (CP compact) on the whole 8-slot tile, and
+   Hs = 4 on one slot (a query_len 1 step: the MMA's N is 8, not 32), over contexts x
+   batches, as read GB/s and as a fraction of the read ceiling; the table dequantization
+   and the kernel's tuning variants at one size;
+3. the stock top-16 alone (in and out of the layer) and the stock scorer alone (their
+   ratio at 8192 pages); the CP push alone (its local top-16 and stores);
+4. per layer, CUDA graphs, stock vs CP on the GPUs present (``world`` ranks), query_len 1
+   and 4: µs, speedup, and the CP fixed overhead, by difference (CP layer minus its compact
+   scorer alone) and by stage (the exchange, push and merge alone, in the same graphs).
+   A layer's time is the difference of graphs of 2L and L layers over L: the first
+   layer's wait for the slowest rank's launch, paid once per step, cancels (the L-layer
+   graph's time per layer is reported too); the scorers and top-16 alone are timed the
+   same way, so the overhead compares the same layers. Context 2048 is the short-rows
+   case (every row <= 16 pages);
+5. a plain PyTorch stock path (dequantize, matmul, max, topk): what a user would write;
+6. the performance issue's targets judged on this run's figures (``fast.targets``).
+
+Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
+cache, layer replays follow a 256 MB L2 flush. Correctness is checked first, at one size,
+against the reference; a speedup is reported only for paths that passed in this run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+
+import reference
+from indexer_constants import PAGE, PAGE_BYTES, SLOTS, TOPK
+from reference.cases import make_case
+from reference.decode import query_tile
+from reference.scores import fp32_order_bound
+
+from ..backend import p2p_gpus, sm_count
+from ..cp import IndexerDecodeCP
+from ..select.policy import select_split
+from ..stock import StockDecode
+from ..symm import SingleRankSymmetric
+from ..tables import dequant_lut
+from .bench_layers import bench_layers_on_rank
+from .launcher import RankPool
+from .programs import run_case
+from .scorer_variants import score_variant
+from .targets import judge
+from .timing import FLUSH_BYTES, CachePool, ceilings, graph_time_us, random_tile
+
+CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
+BATCHES = (1, 8, 32, 64)
+QUICK_CONTEXTS = (2048, 131072, 1048576)
+QUICK_BATCHES = (1, 32)
+HEADS = 4
+LAYERS = 4  # layers per captured graph (distinct caches, as a model's layers have)
+
+
+def progress(items, desc: str):
+    """A progress bar on stderr where tqdm is installed, else the plain iterable."""
+    try:
+        from tqdm import tqdm
+
+        return tqdm(items, desc=desc, file=sys.stderr, leave=False)
+    except ImportError:
+        return items
+
+
+def source_commit(root: str | None = None) -> str:
+    """The report header's commit: BENCH_COMMIT where set, else git's short HEAD of the tree
+    at ``root`` (default: the one holding this package) with "+dirty" where tracked files
+    differ from it — numbers of uncommitted code must not carry a clean commit's name —
+    or "unknown" without git."""
+    if commit := os.environ.get("BENCH_COMMIT"):
+        return commit
+    root = root or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        return git("rev-parse", "--short", "HEAD") + (
+            "+dirty" if git("status", "--porcelain", "--untracked-files=no") else ""
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def machine_header() -> dict:
+    commit = source_commit()
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "gpus": torch.cuda.device_count(),
+        "sms": props.multi_processor_count,
+        "memory_gib": round(props.total_memory / 2**30),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "commit": commit,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False, **variant) -> float:
+    """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each (hot: every
+    column one page, which L1 / L2 serve: the kernel without HBM); variant:
+    ``scorer_variants.variant_launch`` keywords (kernel, pages_per_program, loads_only, ...)."""
+    device = pool.device
+    sets = math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES))
+    tables = pool.tables(batch, pages, min(sets, 64), gen)
+    if hot:
+        tables = [torch.zeros_like(t) for t in tables]
+    tile = random_tile(batch, hs, gen, device)
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
+    out = torch.empty(batch, SLOTS * hs, pages, device=device)
+    return graph_time_us(lambda i: score_variant(tile, pool.cache, tables[i], lens, out, **variant), len(tables))
+
+
+def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen) -> float:
+    """The plain PyTorch stock path a user would write: gather pages, dequantize through the
+    table, matmul, max over tokens, mask, topk(15). One head (the TP rank's)."""
+    device = pool.device
+    lut = dequant_lut(str(device))
+    table = pool.tables(batch, pages, 1, gen)[0].long()
+    q = torch.randn(batch, query_len, 128, generator=gen).to(torch.float8_e4m3fn).to(device)
+    own = torch.full((batch, query_len), pages, device=device)
+
+    def run(_):
+        raw = pool.cache.view(-1, PAGE_BYTES)[table]  # [B, P, 9216]
+        codes = raw[..., : PAGE * 64].view(batch, pages, PAGE, 64).long()
+        scales = (
+            raw[..., PAGE * 64 :]
+            .view(batch, pages, PAGE, 8, 1)
+            .long()
+            .expand(-1, -1, -1, -1, 8)
+            .reshape(batch, pages, PAGE, 64)
+        )
+        k = torch.stack([lut[scales * 16 + (codes & 15)], lut[scales * 16 + (codes >> 4)]], -1).view(
+            batch, pages, PAGE, 128
+        )
+        s = torch.einsum("bqd,bptd->bqpt", q.to(torch.float16), k).float().amax(-1)  # [B, q, P]
+        s = s.masked_fill(torch.arange(pages, device=device) >= own[..., None], float("-inf"))
+        return s.topk(15, dim=-1).indices
+
+    return graph_time_us(run, 1, reps=5)
+
+
+# (Hs, slots scored): the stock rank's head and the CP rank's four on the whole tile (the
+# contract's worst case), and the four on a query_len 1 step's one slot (what CP runs at q 1).
+SCORER_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
+
+
+def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
+    rows = []
+
+    def measure(
+        cache: CachePool,
+        ctx: int,
+        batch: int,
+        hs: int,
+        slots: int,
+        variant: dict | None = None,
+        label: dict | None = None,
+    ) -> None:
+        """One row: ``scorer_us`` with ``variant``'s keywords (none: the default) and its read
+        bandwidth as a fraction of the ceiling; the row's "variant" is ``label`` or
+        ``variant`` (a default row has none)."""
+        us = scorer_us(cache, batch, ctx // PAGE, hs, gen, first_slot=SLOTS - slots, **(variant or {}))
+        gbps = batch * (ctx // PAGE) * PAGE_BYTES / us / 1e3
+        row = {
+            "context": ctx,
+            "batch": batch,
+            "hs": hs,
+            "slots": slots,
+            "us": us,
+            "GBps": gbps,
+            "of_read_ceiling": gbps / read_ceiling,
+        }
+        if label or variant:
+            row["variant"] = label or variant
+        rows.append(row)
+
+    grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
+    for ctx, batch, hs, q in progress(grid, "scorer"):
+        measure(pool, ctx, batch, hs, q)
+    # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
+    # (tile staged through shared memory) at its default, the wgmma kernel's pages per
+    # program and blocks ahead, and the wgmma kernel without its register cap.
+    variants = (
+        [dict(kernel="table", pages_per_program=1), dict(kernel="prmt")]
+        + [
+            dict(kernel="wgmma", pages_per_program=v, blocks_ahead=a)
+            for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
+        ]
+        + [dict(kernel="wgmma", register_cap=None)]
+    )
+    for hs in (1, 4):
+        for variant in variants:
+            measure(pool, 131072, 8, hs, SLOTS, variant)
+    # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
+    # cluster, and the kernel's per-group table gathers then touch fewer distinct lines
+    # than random bytes' do.
+    real = CachePool(32 * 8192 + 1024, pool.device, keys="gaussian")
+    for ctx in (131072, 1048576):
+        for hs, q in SCORER_SHAPES:
+            measure(real, ctx, 32, hs, q, label={"keys": "gaussian"})
+    del real
+    # What bounds the default kernel (32 x 128K): the same call on one page that L1 / L2
+    # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
+    # time near the cold one and a loads-only one near the ceiling say compute, not memory.
+    for hs, q in SCORER_SHAPES:
+        for variant in (dict(hot=True), dict(loads_only=True)):
+            measure(pool, 131072, 32, hs, q, variant)
+    return rows
+
+
+def select_section(device, gen) -> list[dict]:
+    """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
+    L2: the select's own time, with its rows split over programs as the decode does
+    (``select.policy.select_split``) and unsplit, each launched plainly; and the default
+    split once more under PDL, as the decode launches it (after the scorer, its launch
+    hidden: the layer's stock top-16 stage)."""
+    rows = []
+    for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):
+        split = select_split(batch * 2, pages, sm_count(str(device)))
+        for s, pdl in [(split, False), (split, True)] + ([(1, False)] if split != 1 else []):
+            decode = StockDecode(heads=2, max_reqs=batch, device=device, split=s, pdl=pdl)
+            table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
+            plan = decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
+            plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
+            out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
+            us = graph_time_us(lambda _: decode.select(plan, out, 1), 8)
+            rows.append(
+                {"pages": pages, "batch": batch, "heads": 2, "split": s, "default": s == split, "pdl": pdl, "us": us}
+            )
+    return rows
+
+
+# (columns, batch, query_len) of the CP push alone: what a CP = 2 rank ranks at 128K, 512K, 1M
+PUSH_SHAPES = ((512, 32, 1), (512, 64, 4), (2048, 64, 4), (4096, 32, 1), (4096, 64, 4))
+
+
+def push_case(device, gen, columns: int, batch: int, pdl: bool = False):
+    """(decode, layer, plan) for the push and merge alone: a CP = 1 decode of HEADS heads
+    whose rows are all long, the last query's own page the last, so each ranks ``columns``
+    - 1 pages of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1]);
+    its kernels launched under PDL where ``pdl`` (GPUs)."""
+    decode = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device), pdl=pdl)
+    lens = torch.full((batch,), columns * PAGE, dtype=torch.int32, device=device)
+    plan = decode.plan(torch.zeros(batch, columns, dtype=torch.int32, device=device), lens)
+    plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
+    return decode, decode.new_layer(), plan
+
+
+def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[dict]:
+    """The CP push alone (``IndexerDecodeCP.push``) and the push and merge together,
+    random scores hot in L2 (as the scorer leaves them), on one GPU (``push_case``): a
+    CP = 1 decode whose rows rank as many columns as a CP = 2 rank's at twice the context —
+    the push's work is its programs x columns, only where the keys go differs. The merge
+    (the pair less the push) then selects each head's best of 16 candidates from one rank,
+    not CP = 2's 32 from two, and polls nothing in flight over NVLink. µs per call
+    (``timer(fn, calls)``), launched plainly, then both once more under PDL, as the decode
+    launches them (each launch hidden under the kernel before it; the merge polls while
+    the push runs). With the push's programs, warps (``select.policy.push_warps``) and
+    select shape (chunk, supers, per super, group)."""
+    rows = []
+    for columns, batch, q in progress(shapes, "push, merge"):
+        decode, layer, plan = push_case(device, gen, columns, batch)
+        split_plan = decode._split(batch * q)
+        split, s = split_plan[0], split_plan[2]
+        warps, keys = decode._push_plan(batch * q, split_plan)
+        out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
+
+        def push_then_merge(d, layer, plan):
+            d.push(layer, plan, q)
+            d.merge(layer, plan, q, out)
+
+        push_us = timer(lambda _: decode.push(layer, plan, q), 8)
+        layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
+        pair_us = timer(lambda _: push_then_merge(decode, layer, plan), 8)
+        pdl_decode, pdl_layer, pdl_plan = push_case(device, gen, columns, batch, pdl=True)
+        pdl_us = timer(lambda _: pdl_decode.push(pdl_layer, pdl_plan, q), 8)
+        pdl_layer.recv.local.fill_(-1)
+        pdl_pair_us = timer(lambda _: push_then_merge(pdl_decode, pdl_layer, pdl_plan), 8)
+        rows.append(
+            {
+                "columns": columns,
+                "batch": batch,
+                "query_len": q,
+                "programs": batch * q * HEADS * split,
+                "split": split,
+                "warps": warps,
+                "warp_select": keys,
+                "shape": [s.chunk, s.supers, s.per_super, s.group],
+                "us": push_us,
+                "push_merge_us": pair_us,
+                "pdl_us": pdl_us,
+                "pdl_push_merge_us": pdl_pair_us,
+            }
+        )
+    return rows
+
+
+def check_against_reference(pool_ranks) -> dict:
+    """The correctness gate of this run: scorer within tolerance on random inputs, and CP and
+    stock decode bit-exact on exact-arithmetic inputs (long rows, q = 4) on the ranks."""
+    case = make_case(1, [3000 * 128 + 5, 700 * 128, 9 * 128 + 1], query_len=4, heads=HEADS, pattern="exact")
+    return {
+        "cp": bool(torch.equal(run_case(pool_ranks, case, "cp", poison=True), reference.full_decode(*case.args()))),
+        "stock": bool(torch.equal(run_case(pool_ranks, case, "stock"), reference.stock_decode(*case.args()))),
+    }
+
+
+def check_scorer() -> bool:
+    """Both GPU scorers (wgmma, prmt) vs the reference on random inputs, within the
+    fp32-order bound."""
+    case = make_case(5, [400 * 128 + 3, 51 * 128], query_len=8, heads=4, pattern="gaussian")
+    tile = query_tile(case.index_q, 2, 8)
+    want = torch.full((2, 32, case.block_table.shape[1]), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    bound = fp32_order_bound(tile, case.k_cache, case.block_table)
+    written = want != 1e30
+    ok = True
+    for kernel in ("wgmma", "prmt"):
+        got = torch.full_like(want, 1e30).cuda()
+        score_variant(
+            tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, kernel=kernel
+        )
+        got = got.cpu()
+        ok &= bool(torch.equal(got != 1e30, written) and ((got - want).abs() <= bound)[written].all())
+    return ok
+
+
+def layer_section(world: int, contexts, batches, quick: bool) -> tuple[dict, list[dict]]:
+    """Stock vs CP per layer on ``world`` GPU ranks (one process per GPU)."""
+    grid = [(c, b, q) for c in contexts for b in batches for q in (1, 4)]
+    with RankPool(world, "cuda") as ranks:
+        checks = check_against_reference(ranks)
+        rows = []
+        for ctx, batch, q in progress(grid, f"layers (CP={world})"):
+            res = ranks.run(
+                bench_layers_on_rank,
+                ctx // PAGE,
+                batch,
+                q,
+                heads=HEADS,
+                layers=LAYERS,
+                reps=5 if quick else 15,
+                timeout=900,
+            )
+            worst = {k: max(r[k] for r in res) for k in res[0]}
+            rows.append({"context": ctx, "batch": batch, "query_len": q, **worst})
+    return checks, rows
+
+
+def print_report(report: dict, file=sys.stdout) -> None:
+    h = report["machine"]
+    print(
+        f"# {h['gpu']} x{h['gpus']} ({h['sms']} SMs, {h['memory_gib']} GiB) | torch {h['torch']} | triton "
+        f"{h['triton']} | commit {h['commit']} | {h['date']}",
+        file=file,
+    )
+    c = report["ceilings"]
+    print(
+        f"ceilings: copy {c['copy_read_plus_write_GBps']:.0f} GB/s (read+write), streaming read "
+        f"{c['stream_read_GBps']:.0f} GB/s",
+        file=file,
+    )
+    print(
+        f"checks: scorer vs reference {'ok' if report['checks']['scorer'] else 'FAILED'}; "
+        + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"),
+        file=file,
+    )
+    print("\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling", file=file)
+    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}  variant", file=file)
+    for r in report["scorer"]:
+        variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
+        print(
+            f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} {r['GBps']:>7.0f} "
+            f"{r['of_read_ceiling']:>5.2f}  {variant}",
+            file=file,
+        )
+    if report.get("torch_stock"):
+        print("\nplain PyTorch stock path (one head), µs", file=file)
+        for r in report["torch_stock"]:
+            print(f"  context {r['context']:>8} batch {r['batch']:>3} q {r['query_len']}: {r['us']:.0f}", file=file)
+    if report.get("select"):
+        print(
+            "\nstock top-16 alone (2 heads, scores hot in L2), µs per call, by programs per row; 'PDL': launched as "
+            "the decode does",
+            file=file,
+        )
+        for r in report["select"]:
+            note = "  (not the default)" if not r["default"] else "  (PDL)" if r.get("pdl") else ""
+            print(
+                f"  {r['pages']:>5} pages  batch {r['batch']:>3}  split {r['split']:>2}: {r['us']:.1f}{note}", file=file
+            )
+    if report.get("push"):
+        print(
+            f"\nCP push alone and push + merge ({HEADS} heads, scores hot in L2, CP = 1 on one GPU: the merge's 16 "
+            "candidates a head from one rank), µs per call; 'PDL': launched as the decode does (the push alone, and "
+            "the pair)",
+            file=file,
+        )
+        for r in report["push"]:
+            if r["columns"] <= r["shape"][0]:
+                shape = "warp select" if r.get("warp_select") else "one chunk"
+            else:  # two levels through the warp select (its keys: the groups'), or three
+                shape = (
+                    f"{r['warp_select']} groups, warp select"
+                    if r.get("warp_select")
+                    else "x".join(map(str, r["shape"][1:]))
+                )
+            print(
+                f"  {r['columns']:>5} columns  batch {r['batch']:>3} q {r['query_len']}: {r['programs']:>5} programs, "
+                f"{r['warps']} warps, {shape}: "
+                f"push {r['us']:.1f} ({r['pdl_us']:.1f} PDL), + merge {r['push_merge_us']:.1f} "
+                f"({r['pdl_push_merge_us']:.1f} PDL; "
+                f"merge {r['push_merge_us'] - r['us']:.1f} by difference)",
+                file=file,
+            )
+    if report.get("layers"):
+        ok = report["checks"].get("cp") and report["checks"].get("stock")
+        print(
+            f"\nper layer in CUDA graphs, CP={report['world']} vs stock (TP={report['world']}, "
+            f"{HEADS // report['world'] or 1} heads/rank), µs (max over ranks)",
+            file=file,
+        )
+        print(
+            f"{'context':>8} {'batch':>5} {'q':>2} {'stock':>9} {'cp':>9} {'speedup':>7} {'cp score':>9} "
+            f"{'overhead':>8} {'stages':>7} {'st.score':>9} {'st.top16':>8} {'first st/cp':>13}",
+            file=file,
+        )
+        print(
+            f"  (per layer, every column but 'first': (T({2 * LAYERS} layers) - T({LAYERS} layers)) / {LAYERS}, each "
+            "graph cold after a barrier, a GPU spin and a rendezvous of the GPUs that starts the ranks together; "
+            "what the first layer pays once per step cancels;",
+            file=file,
+        )
+        print(
+            "   'overhead': cp - cp score; 'stages': the CP overhead by stage, a graph of the exchange, push and "
+            "merge alone, on the scores the CP layers left;",
+            file=file,
+        )
+        print(f"   'first': T({LAYERS} layers) / {LAYERS}, all included)", file=file)
+        for r in report["layers"]:
+            speed = f"{r['stock_us'] / r['cp_us']:.2f}x" if ok else "n/a"
+            print(
+                f"{r['context']:>8} {r['batch']:>5} {r['query_len']:>2} {r['stock_us']:>9.1f} {r['cp_us']:>9.1f} "
+                f"{speed:>7} "
+                f"{r['cp_score_us']:>9.1f} {r['cp_us'] - r['cp_score_us']:>8.1f} {r['cp_stages_us']:>7.1f} "
+                f"{r['stock_score_us']:>9.1f} {r['stock_top16_us']:>8.1f} "
+                f"{r['stock_first_us']:>6.1f}/{r['cp_first_us']:<6.1f}",
+                file=file,
+            )
+    if report.get("targets"):
+        print("\nthe performance issue's targets, this run (fast/targets.py)", file=file)
+        for t in report["targets"]:
+            verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+            print(f"  [{verdict}] {t['target']}: {t['figures']}", file=file)
+
+
+def plot(report: dict, out: Path) -> list[str]:
+    """PNG plots next to results.json (skipped without matplotlib)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    fig, axes = plt.subplots(1, len(SCORER_SHAPES), figsize=(16, 4), sharey=True)
+    for ax, (hs, q) in zip(axes, SCORER_SHAPES):
+        for batch in sorted({r["batch"] for r in report["scorer"]}):
+            pts = [
+                (r["context"], r["of_read_ceiling"])
+                for r in report["scorer"]
+                if (r["hs"], r["slots"]) == (hs, q) and r["batch"] == batch and "variant" not in r
+            ]
+            ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
+        ax.axhline(0.85, color="gray", ls="--", lw=0.8)
+        ax.set(
+            xscale="log",
+            title=f"scorer, Hs = {hs}, {q} slot{'s' if q > 1 else ''}",
+            xlabel="context (tokens)",
+            ylabel="fraction of streaming-read ceiling",
+        )
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "scorer.png", dpi=120)
+    made.append("scorer.png")
+    if report.get("layers"):
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+        for ax, q in zip(axes, (1, 4)):
+            for batch in sorted({r["batch"] for r in report["layers"]}):
+                pts = [
+                    (r["context"], r["stock_us"] / r["cp_us"])
+                    for r in report["layers"]
+                    if r["query_len"] == q and r["batch"] == batch
+                ]
+                ax.plot(*zip(*pts), marker="o", label=f"batch {batch}")
+            ax.axhline(report["world"], color="gray", ls="--", lw=0.8)
+            ax.set(
+                xscale="log",
+                title=f"CP={report['world']} speedup per layer, query_len {q}",
+                xlabel="context (tokens)",
+                ylabel="stock / CP time",
+            )
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "speedup.png", dpi=120)
+        made.append("speedup.png")
+    return made
+
+
+def run_bench(
+    out: str | None = None, quick: bool = False, world: int | None = None, contexts=None, batches=None
+) -> int:
+    """The whole benchmark; returns a process exit code (1 if a correctness check failed)."""
+    if not torch.cuda.is_available():
+        print("make bench needs a CUDA GPU; none is visible (nothing measured)")
+        return 2
+    out_dir = Path(out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
+    batches = tuple(batches or (QUICK_BATCHES if quick else BATCHES))
+    device = torch.device("cuda", 0)
+    gen = torch.Generator().manual_seed(0)
+    report: dict = {"machine": machine_header(), "quick": quick}
+    report["ceilings"] = ceilings(device)
+    report["checks"] = {"scorer": check_scorer()}
+    pool = CachePool(max(BATCHES) * max(CONTEXTS) // PAGE + 1024, device)
+    report["scorer"] = scorer_section(pool, contexts, batches, report["ceilings"]["stream_read_GBps"], gen)
+    report["torch_stock"] = [
+        {"context": c, "batch": b, "query_len": 1, "us": torch_stock_us(pool, b, c // PAGE, 1, gen)}
+        for c in contexts
+        for b in batches
+        if b * c // PAGE <= 8 * 8192
+    ]
+    report["select"] = select_section(device, gen)
+    report["push"] = push_section(device, gen)
+    del pool
+    torch.cuda.empty_cache()
+    world = world or p2p_gpus()
+    report["world"] = world
+    if world >= 2:
+        layer_checks, report["layers"] = layer_section(world, contexts, batches, quick)
+        report["checks"].update(layer_checks)
+    else:
+        report["layers"] = []
+        print("per-layer CP vs stock needs 2+ GPUs with P2P; skipped", file=sys.stderr)
+    report["targets"] = judge(report)
+    (out_dir / "results.json").write_text(json.dumps(report, indent=1))
+    report["plots"] = plot(report, out_dir)
+    print_report(report)
+    with open(out_dir / "report.txt", "w") as f:
+        print_report(report, f)
+    print(f"\nwritten: {out_dir}/results.json, report.txt, {', '.join(report['plots'])}")
+    return 0 if all(report["checks"].values()) else 1
+
+
+def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3, **variant) -> None:
+    """A few plain scorer launches on cold random pages, for a profiler to attach to
+    (``ncu --kernel-name regex:score_kernel_wgmma python -c 'from fast.tools.bench import
+    scorer_once; scorer_once()'``); variant: ``scorer_variants.variant_launch`` keywords."""
+    gen = torch.Generator().manual_seed(0)
+    pool = CachePool(batch * pages * calls, torch.device("cuda", 0))
+    tables = pool.tables(batch, pages, calls, gen)
+    tile = random_tile(batch, hs, gen, pool.device)
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=pool.device)
+    out = torch.empty(batch, SLOTS * hs, pages, device=pool.device)
+    for table in tables:
+        score_variant(tile, pool.cache, table, lens, out, **variant)
+    torch.cuda.synchronize()

@@ -1,0 +1,57 @@
+"""``python -m fast``: decode a saved case on N ranks, run the demo, or the benchmark."""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from indexer_constants import SUPPORTED_CP
+from reference.cases import Case
+from reference.cli import run_command
+
+from ..backend import gpu_count
+from .bench import run_bench
+from .demo import run_demo
+from .launcher import RankPool
+from .programs import run_case
+
+
+def _backend(name: str) -> str:
+    return ("cuda" if gpu_count() else "cpu") if name == "auto" else name
+
+
+def _decode(args) -> int:
+    if args.cp not in SUPPORTED_CP:
+        raise ValueError(f"cp: must be one of {SUPPORTED_CP}, got {args.cp}")
+    backend = _backend(args.backend)
+    if backend == "cuda" and args.cp > gpu_count():
+        raise ValueError(f"cp: {args.cp} ranks need {args.cp} GPUs, {gpu_count()} visible")
+    case = Case.load(args.case)
+    with RankPool(args.cp, backend) as pool:
+        out = run_case(pool, case, args.path)
+    torch.save({"out": out}, args.out)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fast", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    d = sub.add_parser("decode", help="decode a saved case (see python -m reference make-case) on N ranks")
+    d.add_argument("--case", required=True)
+    d.add_argument("--path", choices=["cp", "stock"], required=True)
+    d.add_argument("--cp", type=int, default=2, help="ranks")
+    d.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    d.add_argument("--out", required=True)
+    d.set_defaults(run=_decode)
+    m = sub.add_parser("demo", help="CP and stock on a synthetic workload, checked against the reference")
+    m.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    m.set_defaults(run=lambda a: 0 if run_demo(a.backend) else 1)
+    b = sub.add_parser("bench", help="ceilings, scorer bandwidth, per-layer CP vs stock in CUDA graphs (GPUs)")
+    b.add_argument("--out", help="results folder (default results/bench-<time>)")
+    b.add_argument("--quick", action="store_true", help="3 contexts x 2 batches instead of 5 x 4")
+    b.add_argument("--world", type=int, help="CP ranks for the per-layer section (default: GPUs with P2P)")
+    b.add_argument("--contexts", type=int, nargs="+", help="contexts in tokens (multiples of 128)")
+    b.add_argument("--batches", type=int, nargs="+")
+    b.set_defaults(run=lambda a: run_bench(a.out, a.quick, a.world, a.contexts, a.batches))
+    return run_command(parser.parse_args(argv))

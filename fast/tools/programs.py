@@ -1,0 +1,133 @@
+"""What each rank runs for the CLI and the demo (``decode_on_rank``), and the parent-side
+assembly of the ranks' outputs into ``[rows, H, 16]``."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from ..cp import IndexerDecodeCP, build_cp_decode
+from ..layout import HeadLayout
+from ..stock import StockDecode
+
+
+def on_device(device, case: dict) -> dict:
+    """A case dict with its tensors moved to ``device``."""
+    return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+
+
+def decode_on_rank(
+    ctx,
+    case: dict,
+    path: str,
+    *,
+    steps: int = 1,
+    spin_limit: int | None = None,
+    max_chunk: int | None = None,
+    split: int | None = None,
+    skip_forward: bool = False,
+    poison: bool = False,
+    time_stages: bool = False,
+    warmup: int = 0,
+    pdl: bool = False,
+) -> dict:
+    """Run one decode case on this rank: ``path`` is "cp", "stock", or "auto" (CP where
+    ``build_cp_decode`` allows it, else the stock decode with the reason logged).
+
+    case: the CLI case dict (CPU tensors). Runs ``steps`` back-to-back forwards of one layer
+    (nothing else synchronizes the ranks between them) and returns
+    ``{"heads": [...], "out": int32 [rows, len(heads), 16] (last step), "all_equal": bool,
+    "seconds": per-step wall time}``. ``skip_forward`` makes this rank plan but never call
+    forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
+    every forward, so a read of a column the scorer did not write would rank first.
+    ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
+    ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
+    ``max_chunk`` / ``split``: the top-16 select's (``IndexerDecodeCP``, ``StockDecode``).
+    ``"path"`` in the result says which path ran.
+    """
+    c = on_device(ctx.device, case)
+    q, heads = c["index_q"], c["index_q"].shape[1]
+    layout = HeadLayout(ctx.world, heads)
+    owned = list(layout.heads_of(ctx.rank))
+    rows = q.shape[0]
+    batch = c["seq_lens"].shape[0]
+    extra = {"split": split} | ({} if max_chunk is None else {"max_chunk": max_chunk})
+    if path not in ("cp", "stock", "auto"):
+        raise ValueError(f"path: expected 'cp', 'stock' or 'auto', got {path!r}")
+    state = None
+    if path == "auto":
+        state = build_cp_decode(
+            heads=heads,
+            max_reqs=max(1, batch),
+            max_query_len=c["query_len"],
+            symm=ctx.symm,
+            world=ctx.world,
+            symm_reason=ctx.symm_reason,
+            spin_limit=spin_limit,
+            pdl=pdl,
+            **extra,
+        )
+        path = "stock" if state is None else "cp"
+    if path == "cp":
+        state = state or IndexerDecodeCP(
+            heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, pdl=pdl, **extra
+        )
+    else:
+        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)
+    layer = state.new_layer()
+    q_mine = q[:, owned].contiguous()
+    outs = []
+    stages: dict | None = None
+    start = time.perf_counter()
+    for step in range(warmup + steps):
+        if step == warmup:
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize()
+            stages = {} if time_stages else None
+            start = time.perf_counter()
+        out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        t0 = time.perf_counter()
+        plan = state.plan(c["block_table"], c["seq_lens"])
+        if stages is not None:
+            stages["plan"] = stages.get("plan", 0.0) + time.perf_counter() - t0
+        if poison:
+            plan.scores.fill_(1e30)
+        if not skip_forward:
+            state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"], stage_times=stages)
+        outs.append(out)
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    seconds = (time.perf_counter() - start) / max(1, steps)
+    if not skip_forward:
+        state.check()
+    last = outs[-1].cpu() if outs else None
+    return {
+        "path": path,
+        "heads": owned,
+        "out": last,
+        "all_equal": all(torch.equal(o.cpu(), last) for o in outs),
+        "seconds": seconds,
+        "stages": {k: v / max(1, steps) for k, v in (stages or {}).items()},
+    }
+
+
+def assemble(results: list[dict], heads: int) -> torch.Tensor:
+    """Per-rank outputs -> int32 [rows, H, 16]; replicas of a head must agree exactly."""
+    rows = results[0]["out"].shape[0]
+    out = torch.full((rows, heads, 16), -7, dtype=torch.int32)
+    seen: dict[int, torch.Tensor] = {}
+    for rank, res in enumerate(results):
+        for k, h in enumerate(res["heads"]):
+            part = res["out"][:, k]
+            if h in seen and not torch.equal(seen[h], part):
+                raise RuntimeError(f"rank {rank}: head {h} differs from another replica's")
+            seen[h] = part
+            out[:, h] = part
+    return out
+
+
+def run_case(pool, case, path: str, **kwargs) -> torch.Tensor:
+    """Run a ``reference.cases.Case`` on every rank of ``pool``; the assembled output."""
+    results = pool.run(decode_on_rank, case.to_dict(), path, **kwargs)
+    return assemble(results, case.index_q.shape[1])

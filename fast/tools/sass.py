@@ -1,0 +1,301 @@
+"""``FAST_COMPILE_ONLY=1 python -m fast.tools.sass [--kernel wgmma|prmt] [--hs N] [--first-slot S]
+[--tokens T] [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
+and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
+and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
+device time. ``--dump FILE`` writes the whole SASS. ``--kernels``: compile the decode's
+other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
+merge, ...) — the interpreter runs Python, so a kernel it accepts can still fail Triton's
+compiler (a name bound only inside a runtime ``if``, say).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
+
+from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from ..kernels.scorer_prmt import score_kernel_prmt
+from ..kernels.scorer_wgmma import (
+    WGMMA_DEPTH,
+    long_row_pages,
+    max_registers,
+    mma_rows,
+    partial_maxima,
+    rows_for,
+    score_kernel_wgmma,
+)
+from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
+from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
+from ..select.warp_ptx import warp_asm_options
+from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
+
+_SIGNATURE = {
+    "q_ptr": "*u8",
+    "q_sel_ptr": "*i64",
+    "q_set_stride": "i64",
+    "k_ptr": "*u8",
+    "k64_ptr": "*i64",
+    "bt_ptr": "*i32",
+    "lens_ptr": "*i32",
+    "out_ptr": "*fp32",
+    "W": "i32",
+    "stride_bt": "i32",
+    "stride_ob": "i32",
+    "stride_or": "i32",
+    "HS": "constexpr",
+    "SLOT0": "constexpr",
+    "ROWS": "constexpr",
+    "PPP": "constexpr",
+    "TOK": "constexpr",
+    "PDL": "constexpr",
+}
+
+
+def _tool(name: str) -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _aligned(signature: dict) -> dict:
+    """Every pointer 16-byte aligned, as the launcher specializes them at run time (our
+    tensors are): without it the compile would not vectorize what the GPU's does."""
+    return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
+
+
+def scorer_sass(
+    kernel: str,
+    hs: int,
+    tokens: int | None,
+    pages: int | None,
+    num_warps: int = 4,
+    depth: int | None = None,
+    first_slot: int = 0,
+    pdl: bool = False,
+) -> tuple[str, str]:
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
+    (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
+    prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
+    pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait)."""
+    live = (8 - first_slot) * hs
+    common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
+    options: dict = {}
+    if kernel == "wgmma":
+        rows = mma_rows(live)
+        ppp = pages or long_row_pages(rows)
+        constexprs = common | {
+            "ROWS": rows,
+            "PPP": ppp,
+            "DEPTH": depth or WGMMA_DEPTH,
+            "PREFETCH": pdl,
+            "RELEASE": False,
+            "PARTS": partial_maxima(rows, ppp),
+        }
+        fields = list(_SIGNATURE.items())
+        fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
+        signature = {k: v for k, v in fields if k != "TOK"} | {
+            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS")
+        }
+        src = GluonASTSource(
+            fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
+        )
+        num_warps = 4  # one warpgroup
+        if (cap := max_registers(live)) is not None:
+            options["maxnreg"] = cap  # as score_pages launches it
+    else:
+        constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
+        src = ASTSource(fn=score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
+    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
+    return _resources(kernel.asm["cubin"]), sass
+
+
+def _resources(cubin: bytes) -> str:
+    """cuobjdump's resource line of a one-kernel cubin ("REG:80 STACK:0 SHARED:..")."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        usage = subprocess.run(
+            [_tool("cuobjdump"), "--dump-resource-usage", f.name], capture_output=True, text=True, check=True
+        ).stdout
+    return next(line.strip() for line in usage.splitlines() if "REG:" in line)
+
+
+def compile_kernels() -> list[str]:
+    """Compile the decode's Triton kernels other than the scorers for sm_90, on the warps
+    they are launched with: the stock top-16 and the CP push at one and four programs per
+    row (1024 columns: the three-level select unsplit at a chunk of 512, single selects of
+    256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
+    warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
+    select, and that select at 512 columns and in two levels at 2048 and 4096), the q
+    exchange, the merge, the compact table and the q-to-tile copy. One "name: REG:.." line
+    each; raises on a compile error."""
+    cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
+    kernels = [
+        (
+            "q exchange",
+            q_exchange_kernel,
+            "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 current_ptr:*i64 err_ptr:*i32 set_words:i32 "
+            "spin_limit:i32",
+            cp | {"R": 1, "HEAD0": 2},
+        ),
+        (
+            "merge",
+            merge_kernel,
+            "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 parity_ptr:*i64 err_ptr:*i32 "
+            "out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
+            cp | {"SORT": True},
+        ),
+        (
+            "compact table",
+            compact_table_kernel,
+            "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 P:i32 "
+            "stride_bt:i32",
+            {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024},
+        ),
+        ("q to tile", q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
+    ]
+    push_args = (
+        "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 current_ptr:*i64 err_ptr:*i32 "
+        "part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32"
+    )
+    for split, chunk in ((1, 512), (4, 512), (1, 1024)):
+        shape = SelectShape.for_width(1024 // split, chunk)
+        select = {
+            "SPLIT": split,
+            "CHUNK": shape.chunk,
+            "SUPERS": shape.supers,
+            "PER_SUPER": shape.per_super,
+            "GROUP": shape.group,
+            "SORT": True,
+        }
+        push = select | cp | {"R": 1, "SLICE": 1024 // split}
+        kernels += [
+            (
+                f"stock top-16 split={split} chunk={shape.chunk}",
+                stock_topk_kernel,
+                "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 "
+                "stride_sr:i32",
+                select | {"HS": 2, "QLEN": 2, "WIDTH": 1024, "EMULATE_FMA": False, "PDL": True},
+            ),
+            (f"push split={split} chunk={shape.chunk}", push_kernel, push_args, push),
+        ]
+        if split == 1:
+            keys = warp_select_keys(split, 1024, shape)
+            queued = push_warps(QUEUED_PER_SM, 1024 <= shape.chunk, 1, keys > 0)
+            push_queued = push | (warp_asm_options(keys) if keys and queued == 1 else {})
+            kernels.append(
+                (f"push split=1 chunk={shape.chunk} warps={queued}", push_kernel, push_args, push_queued, queued)
+            )
+    # The warp select's other uses: 512 columns (16 keys a lane; 32 above), and the two
+    # levels of 2048- and 4096-column rows (512 group keys of 4 and 8 columns: a CP = 2
+    # rank's row at 512K and 1M).
+    for columns in (512, 2048, 4096):
+        shape = SelectShape.for_width(columns - 1, group=PUSH_GROUP)  # the push ranks W - 1 columns
+        keys = warp_select_keys(1, columns, shape)
+        name = f"push {'two-level ' if columns > shape.chunk else ''}warp select columns={columns}"
+        select = {
+            "SPLIT": 1,
+            "CHUNK": shape.chunk,
+            "SUPERS": shape.supers,
+            "PER_SUPER": shape.per_super,
+            "GROUP": push_group(columns, keys, shape),
+            "SORT": True,
+        }
+        kernels.append(
+            (name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1)
+        )
+    lines = []
+    for name, fn, args, constexprs, *warps in kernels:
+        signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
+        warps = warps[0] if warps else MERGE_WARPS if fn is merge_kernel else 4  # as launched
+        kernel = triton.compile(
+            ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+            target=GPUTarget("cuda", 90, 32),
+            options={"num_warps": warps},
+        )
+        lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
+    return lines
+
+
+def instruction_mix(sass: str) -> collections.Counter:
+    """Opcode (without modifiers) -> count, over the SASS listing."""
+    ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, flags=re.M)
+    return collections.Counter(ops)
+
+
+_OP = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def main_loop_mix(sass: str) -> collections.Counter:
+    """Opcode -> count over the longest loop of the listing (label to its backward branch)
+    that multiplies (an MMA in it): in the wgmma scorer, one page per trip — the
+    instructions per page and thread that fast/tools/PERF.md counts. Empty if the listing has no
+    such loop (the scorer at N = 8: its pages unrolled)."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    best: list[str] = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
+            if any(op.endswith("MMA") for op in ops):
+                best = max(best, ops, key=len)
+    return collections.Counter(best)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
+    parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
+    parser.add_argument("--hs", type=int, default=1)
+    parser.add_argument("--first-slot", type=int, default=0, help="the first slot scored (7: a query_len 1 step)")
+    parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
+    parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
+    parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
+    parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
+    parser.add_argument(
+        "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
+    )
+    parser.add_argument("--dump", help="write the SASS here")
+    parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
+    args = parser.parse_args(argv)
+    if args.kernels:
+        print("\n".join(compile_kernels()))
+        return 0
+    usage, sass = scorer_sass(
+        args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.first_slot, args.pdl
+    )
+    print(
+        f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''} "
+        f"tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}"
+    )
+    for op, n in instruction_mix(sass).most_common(20):
+        print(f"{n:6d} {op}")
+    loop = main_loop_mix(sass)
+    if loop:
+        print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
+        print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
+    if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
+        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
+        total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
+        print(
+            f"a program of {pages} pages{'' if loop else ' (unrolled: the listing)'}: ~{total} instructions per thread"
+        )
+    if args.dump:
+        with open(args.dump, "w") as f:
+            f.write(sass)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

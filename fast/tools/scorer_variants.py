@@ -1,0 +1,142 @@
+"""The scorer's variants for the benchmark, the SASS reader and the GPU tests: the wgmma
+kernel with other tuning (pages per program, blocks in flight, a register cap, its loads
+alone), the table kernel at other page counts, and the superseded prmt kernel. The decode
+itself only ever launches ``fast.scorer.score_pages``' choice."""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from indexer_constants import PAGE_BYTES, SLOTS
+
+from .. import scorer
+from ..backend import pdl_options
+from ..checks import score_shapes
+from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
+from ..kernels.scorer_wgmma import partial_maxima, rows_for
+
+# The prmt kernel's pages per program and tokens per MMA block.
+PRMT_PAGES = 1
+PRMT_TOKENS = 64
+VARIANT_KERNELS = ("wgmma", "prmt", "table")
+
+
+def variant_launch(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    kernel: str | None = None,
+    first_slot: int = 0,
+    pages_per_program: int | None = None,
+    blocks_ahead: int | None = None,
+    register_cap: int | None | str = "auto",
+    tokens_per_dot: int | None = None,
+    num_warps: int = 4,
+    loads_only: bool = False,
+) -> scorer.ScorerLaunch | None:
+    """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
+
+    kernel: "wgmma", "prmt" (GPUs) or "table". pages_per_program: pages per program (the
+    default is each kernel's policy). blocks_ahead: the wgmma kernel's 64-token blocks in
+    flight while one is decoded (1 or 2). register_cap: the wgmma kernel's registers per
+    thread: "auto" (its policy), None (the compiler's choice) or 64..255. tokens_per_dot,
+    num_warps: the prmt kernel's tokens per MMA block (64 or 128) and warps. loads_only:
+    the wgmma kernel's probe of its memory side — the same loads, no decode, no MMA,
+    ``out`` untouched. None where there is nothing to score.
+    """
+    device = q_tile.device
+    kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
+    if kernel not in VARIANT_KERNELS:
+        raise ValueError(f"kernel: {kernel!r} (one of {VARIANT_KERNELS})")
+    if tokens_per_dot not in (None, 64, 128) or (tokens_per_dot and kernel != "prmt"):
+        raise ValueError(
+            f"tokens_per_dot: {tokens_per_dot} (the prmt kernel's: 64 or 128, a page is one or two MMA blocks)"
+        )
+    if blocks_ahead not in (None, 1, 2) or (blocks_ahead and kernel != "wgmma"):
+        raise ValueError(f"blocks_ahead: {blocks_ahead} (the wgmma kernel's: 1 or 2)")
+    cap_ok = register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255)
+    if register_cap != "auto" and (kernel != "wgmma" or not cap_ok):
+        raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    if loads_only and kernel != "wgmma":
+        raise ValueError(f"loads_only: the wgmma kernel's probe, not {kernel!r}'s")
+    if pages_per_program is not None and not (isinstance(pages_per_program, int) and pages_per_program >= 1):
+        raise ValueError(f"pages_per_program: {pages_per_program!r} (an int >= 1)")
+    if kernel != "table" and device.type != "cuda":
+        raise ValueError(f"kernel: {kernel!r} needs a GPU, not {device.type} (the table kernel runs anywhere)")
+    if kernel == "prmt":
+        return _prmt_launch(
+            q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps
+        )
+    launch = scorer.plan_scorer(q_tile, k_cache, block_table, lens, out, first_slot=first_slot, kernel=kernel)
+    if launch is None:
+        return None
+    batch, width = out.shape[0], out.shape[2]
+    o = launch.options
+    if kernel == "wgmma":
+        if pages_per_program:
+            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
+        o["DEPTH"] = blocks_ahead or o["DEPTH"]
+        o["LOADS_ONLY"] = bool(loads_only)
+        if register_cap != "auto":
+            o.pop("maxnreg", None)
+            if register_cap is not None:
+                o["maxnreg"] = register_cap
+        launch.grid = (batch, triton.cdiv(width, o["PPP"]))
+    elif pages_per_program:
+        o["V"] = pages_per_program
+        launch.grid = (batch, triton.cdiv(width, pages_per_program))
+    return launch
+
+
+def _prmt_launch(q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps):
+    batch, hs, width = score_shapes(q_tile, block_table, out)
+    if batch == 0 or width == 0:
+        return None
+    ppp = pages_per_program or PRMT_PAGES
+    pages = k_cache.view(-1, PAGE_BYTES)
+    args = (
+        q_tile.view(torch.uint8),
+        scorer.first_set(str(q_tile.device)),
+        0,
+        pages,
+        pages.view(torch.int64),
+        block_table,
+        lens,
+        out,
+        width,
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+    )
+    options = dict(
+        HS=hs,
+        SLOT0=first_slot,
+        PPP=ppp,
+        ROWS=rows_for((SLOTS - first_slot) * hs),
+        TOK=tokens_per_dot or PRMT_TOKENS,
+        num_warps=num_warps,
+        **pdl_options(False),
+    )
+    return scorer.ScorerLaunch(score_kernel_prmt, (batch, triton.cdiv(width, ppp)), args, options)
+
+
+def score_variant(q_tile, k_cache, block_table, lens, out, **variant) -> torch.Tensor:
+    """``variant_launch(...)`` run; returns ``out``."""
+    launch = variant_launch(q_tile, k_cache, block_table, lens, out, **variant)
+    if launch is not None:
+        launch()
+    return out
+
+
+def dequant_pages_prmt(k_cache: torch.Tensor, pages: torch.Tensor) -> torch.Tensor:
+    """The GPU's byte-permute dequantization alone (tests, debugging): fp16 ``[n, 128, 128]``
+    of pages ``pages`` (int32 ``[n]``) of ``k_cache`` (uint8 ``[N, 128, 72]``, CUDA)."""
+    out = torch.empty(pages.shape[0], 128, 128, dtype=torch.float16, device=k_cache.device)
+    if pages.shape[0]:
+        pages_u8 = k_cache.view(-1, PAGE_BYTES)
+        dequant_kernel_prmt[(pages.shape[0],)](pages_u8, pages_u8.view(torch.int64), pages, out)
+    return out

@@ -1,0 +1,138 @@
+"""The performance issue's targets, judged on one ``make bench`` report (``fast.tools.bench``'s
+dict): each target's figures in that run and whether they meet it. The bench prints the
+verdicts last and stores them in results.json, so a run says for itself where it stands;
+every ratio is taken within the one run (machines and runs differ by more than some
+margins: fast/tools/PERF.md)."""
+
+from __future__ import annotations
+
+from indexer_constants import PAGE
+
+SCORER_FRACTION = 0.85  # of the streaming-read ceiling ...
+SCORER_FROM = 8 * 131072  # ... from this batch x context (tokens) on
+SPEEDUPS = ((1048576, 1.9), (131072, 1.7))  # (context, least CP / stock) at batch 32, q 1
+SPEEDUP_BATCH = 32
+OVERHEAD_US = 6.0  # the CP overhead (exchange + push + merge) at batch 64, q 4
+OVERHEAD_BATCH, OVERHEAD_QLEN = 64, 4
+SHORT_PAGES = 16  # contexts whose rows all hold at most this many pages ...
+SHORT_US = 3.0  # ... where CP may be at most this much slower than stock
+TOP16_PAGES = 8192  # the stock top-16 against the stock scorer at this many pages
+TOP16_SHARE = 0.15
+
+
+def judge(report: dict) -> list[dict]:
+    """One dict per target: ``target`` (what the issue asks), ``figures`` (this run's
+    numbers) and ``met`` (True, False, or None where the run did not measure it)."""
+    return [
+        _scorer(report),
+        *(_speedup(report, c, least) for c, least in SPEEDUPS),
+        _overhead(report),
+        _short_rows(report),
+        _top16(report),
+    ]
+
+
+def _verdict(target: str, figures: str, met: bool | None) -> dict:
+    return {"target": target, "figures": figures, "met": met}
+
+
+def _context(tokens: int) -> str:
+    """2048 -> '2K', 1048576 -> '1M'."""
+    return f"{tokens >> 20}M" if tokens % (1 << 20) == 0 else f"{tokens >> 10}K"
+
+
+def _layers(report: dict, **where) -> list[dict]:
+    """The per-layer rows whose fields equal ``where``'s."""
+    return [r for r in report.get("layers", []) if all(r[k] == v for k, v in where.items())]
+
+
+def _scorer_rows(report: dict, **where) -> list[dict]:
+    """The scorer grid's default rows (no tuning variant) whose fields equal ``where``'s."""
+    return [r for r in report.get("scorer", []) if not r.get("variant") and all(r[k] == v for k, v in where.items())]
+
+
+def _decodes_checked(report: dict) -> bool:
+    """Both decodes matched the reference in this run (speedups count only then)."""
+    return bool(report["checks"].get("cp")) and bool(report["checks"].get("stock"))
+
+
+def _scorer(report: dict) -> dict:
+    target = f"scorer >= {SCORER_FRACTION:.2f} of the read ceiling at batch x context >= 8 x 128K, Hs 1 and Hs 4"
+    spans, met = [], True
+    for hs, slots, label in ((1, 8, "Hs 1"), (4, 8, "Hs 4 / 8 slots"), (4, 1, "Hs 4 / 1 slot")):
+        fractions = [
+            r["of_read_ceiling"]
+            for r in _scorer_rows(report, hs=hs, slots=slots)
+            if r["batch"] * r["context"] >= SCORER_FROM
+        ]
+        if fractions:
+            low, high = f"{min(fractions):.2f}", f"{max(fractions):.2f}"
+            spans.append(f"{label} {low}" + (f"-{high}" if high != low else ""))
+            met = met and min(fractions) >= SCORER_FRACTION
+    if not spans:
+        return _verdict(target, "not measured (no such point in this grid)", None)
+    return _verdict(target, ", ".join(spans), met)
+
+
+def _speedup(report: dict, context: int, least: float) -> dict:
+    target = f"CP / stock >= {least}x per layer at {_context(context)}, batch {SPEEDUP_BATCH}, q 1"
+    rows = _layers(report, context=context, batch=SPEEDUP_BATCH, query_len=1)
+    if not rows:
+        return _verdict(target, "not measured", None)
+    if not _decodes_checked(report):
+        return _verdict(target, "not reported: a decode failed its check in this run", False)
+    speedup = rows[0]["stock_us"] / rows[0]["cp_us"]
+    return _verdict(target, f"{speedup:.2f}x ({rows[0]['stock_us']:.1f} / {rows[0]['cp_us']:.1f} µs)", speedup >= least)
+
+
+def _overhead(report: dict) -> dict:
+    target = (
+        f"CP overhead <= {OVERHEAD_US:.0f} µs at batch {OVERHEAD_BATCH}, q {OVERHEAD_QLEN}"
+        " (by stage; by difference in brackets)"
+    )
+    rows = sorted(_layers(report, batch=OVERHEAD_BATCH, query_len=OVERHEAD_QLEN), key=lambda r: r["context"])
+    if not rows:
+        return _verdict(target, "not measured", None)
+    figures = ", ".join(
+        f"{_context(r['context'])} {r['cp_stages_us']:.1f} ({r['cp_us'] - r['cp_score_us']:.1f})" for r in rows
+    )
+    return _verdict(target, figures, all(r["cp_stages_us"] <= OVERHEAD_US for r in rows))
+
+
+def _short_rows(report: dict) -> dict:
+    target = f"rows of <= {SHORT_PAGES} pages: CP no slower than stock + {SHORT_US:.0f} µs"
+    rows = [r for r in report.get("layers", []) if r["context"] <= SHORT_PAGES * PAGE]
+    if not rows:
+        return _verdict(target, "not measured", None)
+    worst = max(rows, key=lambda r: r["cp_us"] - r["stock_us"])
+    excess = worst["cp_us"] - worst["stock_us"]
+    return _verdict(
+        target,
+        f"worst CP - stock {excess:+.1f} µs ({_context(worst['context'])}, batch {worst['batch']}, q "
+        f"{worst['query_len']})",
+        excess <= SHORT_US,
+    )
+
+
+def _top16(report: dict) -> dict:
+    """Alone: the default split under PDL (as the decode launches it) against the Hs 1
+    scorer of one request of TOP16_PAGES pages; in the layer: the stock decode's top-16
+    stage against its scorer at batch 1, q 1. Met only where every measured one is."""
+    target = f"stock top-16 <= {TOP16_SHARE:.0%} of the stock scorer at {TOP16_PAGES} pages (alone; in the layer)"
+    shares = []
+    select = [
+        r
+        for r in report.get("select", [])
+        if r["pages"] == TOP16_PAGES and r["batch"] == 1 and r["default"] and r.get("pdl")
+    ]
+    scorer = _scorer_rows(report, context=TOP16_PAGES * PAGE, batch=1, hs=1, slots=8)
+    if select and scorer:
+        shares.append(("alone", select[0]["us"], scorer[0]["us"]))
+    for r in _layers(report, context=TOP16_PAGES * PAGE, batch=1, query_len=1):
+        shares.append(("in the layer", r["stock_top16_us"], r["stock_score_us"]))
+    if not shares:
+        return _verdict(target, "not measured", None)
+    figures = "; ".join(
+        f"{where} {top:.1f} / {scorer_us:.1f} µs = {top / scorer_us:.1%}" for where, top, scorer_us in shares
+    )
+    return _verdict(target, figures, all(top / scorer_us <= TOP16_SHARE for _, top, scorer_us in shares))

@@ -1,0 +1,114 @@
+"""The benchmark's instruments: graph-replay timing, the bandwidth ceilings, and cold inputs
+(a cache pool to carve disjoint page sets from, random query tiles)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import triton
+import triton.language as tl
+
+from indexer_constants import HEAD_DIM, PAGE, PAGE_BYTES, SLOTS
+
+FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
+
+
+GAUSSIAN_PAGES = 2048  # distinct pages of CachePool(keys="gaussian"): 19 MB, quantized on the CPU
+
+
+def graph_time_us(fn, calls: int, reps: int = 10) -> float:
+    """Median µs per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph and
+    replayed ``reps`` times (after a warm-up run that also compiles)."""
+    for i in range(calls):
+        fn(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(calls):
+            fn(i)
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / calls)
+    times.sort()
+    return times[len(times) // 2]
+
+
+@triton.jit
+def _read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
+    """Streams ITERS blocks of int32 words per program; one xor per word, one store."""
+    start = tl.program_id(0).to(tl.int64) * (BLOCK * ITERS)
+    acc = tl.zeros([BLOCK], dtype=tl.int32)
+    for i in range(ITERS):
+        offs = start + i * BLOCK + tl.arange(0, BLOCK)
+        acc ^= tl.load(x_ptr + offs, mask=offs < n_words, other=0)
+    tl.store(out_ptr + tl.program_id(0), tl.reduce(acc, 0, _xor))
+
+
+@triton.jit
+def _xor(a, b):
+    return a ^ b
+
+
+def ceilings(device) -> dict:
+    """Copy and streaming-read bandwidth over 4 GiB (GB/s, 1e9 bytes)."""
+    nbytes = 4 << 30
+    src = torch.randint(0, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device=device)
+    dst = torch.empty_like(src)
+    copy_us = graph_time_us(lambda i: dst.copy_(src), 1)
+    block, iters = 4096, 16
+    grid = triton.cdiv(src.numel(), block * iters)
+    sink = torch.empty(grid, dtype=torch.int32, device=device)
+    read_us = graph_time_us(lambda i: _read_kernel[(grid,)](src, sink, src.numel(), BLOCK=block, ITERS=iters), 1)
+    return {
+        "copy_read_plus_write_GBps": 2 * nbytes / copy_us / 1e3,
+        "copy_read_GBps": nbytes / copy_us / 1e3,
+        "stream_read_GBps": nbytes / read_us / 1e3,
+    }
+
+
+@dataclass
+class CachePool:
+    """One big NVFP4 cache to carve disjoint page sets from. keys "random": random bytes
+    (valid positive scales, 64 distinct scale bytes spread over the table: the scorer's
+    worst case for its scale-table gathers); "gaussian": keys ~ N(0, 1) through the
+    contract's quantizer (``reference.nvfp4.quantize_nvfp4``; ~28 neighbouring scale bytes,
+    clustered as a real cache's are), GAUSSIAN_PAGES distinct pages repeated."""
+
+    pages: int
+    device: torch.device
+    keys: str = "random"
+    cache: torch.Tensor = field(init=False)
+
+    def __post_init__(self):
+        if self.keys == "gaussian":
+            from reference.nvfp4 import quantize_nvfp4
+
+            gen = torch.Generator().manual_seed(1)
+            unique = quantize_nvfp4(torch.randn(GAUSSIAN_PAGES, PAGE, HEAD_DIM, generator=gen)).to(self.device)
+            self.cache = unique.repeat(-(-self.pages // GAUSSIAN_PAGES), 1, 1)[: self.pages]
+            return
+        flat = torch.randint(0, 256, (self.pages, PAGE_BYTES), dtype=torch.uint8, device=self.device)
+        flat[:, PAGE * 64 :] &= 0x77  # scales: positive, no NaN (at most 240)
+        self.cache = flat.view(self.pages, PAGE, PAGE_BYTES // PAGE)
+
+    def tables(self, batch: int, pages: int, sets: int, gen: torch.Generator) -> list[torch.Tensor]:
+        """``sets`` block tables int32 [batch, pages] over disjoint page ranges."""
+        need = batch * pages
+        sets = max(1, min(sets, self.pages // need))
+        out = []
+        for s in range(sets):
+            perm = torch.randperm(need, generator=gen) + s * need
+            out.append(perm.view(batch, pages).to(torch.int32).to(self.device))
+        return out
+
+
+def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
+    """A query tile [B, 8, Hs, 128] of e4m3 values in [-2, 2] (no NaN)."""
+    return (torch.randn(batch, SLOTS, hs, 128, generator=gen).clamp(-2, 2)).to(torch.float8_e4m3fn).to(device)

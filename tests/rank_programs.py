@@ -1,0 +1,155 @@
+"""Rank programs only the multi-rank tests run (each rank calls one through
+``fast.tools.launcher.RankPool``): back-to-back steps with changing queries, the stages
+after a forward, a step one rank skips, CUDA-graph replays against the reference."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import torch
+
+import reference
+from fast.cp import IndexerDecodeCP
+from fast.graphs import GraphedDecode
+from fast.layout import HeadLayout
+from fast.tools.bench_layers import cp_stage_layers
+from fast.tools.programs import on_device
+from reference.cases import make_case
+
+
+def changing_queries_on_rank(
+    ctx, case: dict, short_lens: torch.Tensor, *, steps: int, seed: int, lag: dict | None = None, pdl: bool = False
+) -> list[torch.Tensor]:
+    """``steps`` back-to-back CP forwards of one layer with new queries every step (drawn
+    from ``seed``, the same on every rank: ``step_queries``), on ``case``'s table; steps
+    ``s`` with ``(s // 2) % 2 == 0`` use ``short_lens`` (int32 [B], every row short), the
+    others the case's lengths. Returns this rank's outputs, int32 [rows, Hr, 16] per step.
+    A step whose rows are all short re-arms its tile without waiting for anyone; the step
+    two later uses the same buffer set with long rows, so a query store that landed after
+    that re-arm would be scored as if fresh — repeating one query would hide it. ``lag``:
+    seconds this rank sleeps before each step, by rank (a peer that falls behind)."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    short = short_lens.to(ctx.device)
+    outs = []
+    for step, q in enumerate(step_queries(case["index_q"].shape, steps, seed)):
+        time.sleep((lag or {}).get(ctx.rank, 0.0))
+        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        plan = state.plan(c["block_table"], short if (step // 2) % 2 == 0 else c["seq_lens"])
+        state.forward(layer, plan, q[:, owned].contiguous().to(ctx.device), c["k_cache"], out, c["query_len"])
+        outs.append(out)
+    state.check()
+    return [o.cpu() for o in outs]
+
+
+def stages_after_forward_on_rank(ctx, case: dict, *, pdl: bool = False) -> list[dict]:
+    """A CP forward of one layer, then its stages but the scorer (``cp_stage_layers``: the
+    benchmark's overhead by stage) twice on the scores it left; each run's ``{"heads",
+    "out"}`` (int32 [rows, Hr, 16]), forward's first. The stages' runs land in the layer's
+    other buffer set and then back in the forward's, so both sets' re-arms are checked."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    plan = state.plan(c["block_table"], c["seq_lens"])
+    q = c["index_q"][:, owned].contiguous()
+    outs = [torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device) for _ in range(3)]
+    state.forward(layer, plan, q, c["k_cache"], outs[0], c["query_len"])
+    for out in outs[1:]:
+        cp_stage_layers(
+            [None], state, [layer], SimpleNamespace(plan=plan, index_q=q[None], out=out[None]), c["query_len"]
+        )
+    state.check()
+    return [{"heads": owned, "out": o.cpu()} for o in outs]
+
+
+def short_step_skipped_on_rank(ctx, case: dict, short_lens: torch.Tensor, *, skip_rank: int, pdl: bool = False) -> dict:
+    """Three CP steps of one layer: the case's lengths, ``short_lens`` (int32 [B], every row
+    short), the case's lengths again; rank ``skip_rank`` never calls the middle step's
+    forward. A step without a long request waits for nobody and keeps the parity, so the
+    other ranks finish it alone and every rank meets again in the third step. Returns
+    ``{"heads", "outs": 3 x int32 [rows, Hr, 16] (None where skipped), "parity": the
+    layer's parity after each step}``."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
+    layer = state.new_layer()
+    q = c["index_q"][:, owned].contiguous()
+    outs, parity = [], []
+    for step, lens in enumerate([c["seq_lens"], short_lens.to(ctx.device), c["seq_lens"]]):
+        out = None
+        if not (step == 1 and ctx.rank == skip_rank):
+            out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+            state.forward(layer, state.plan(c["block_table"], lens), q, c["k_cache"], out, c["query_len"])
+            out = out.cpu()
+        outs.append(out)
+        parity.append(int(layer.parity.item()))
+    state.check()
+    return {"heads": owned, "outs": outs, "parity": parity}
+
+
+def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
+    """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    return [exact_queries(shape, gen) for _ in range(steps)]
+
+
+def exact_queries(shape, gen: torch.Generator) -> torch.Tensor:
+    """float8_e4m3fn queries of ``shape`` with exact-arithmetic values (multiples of 0.5 in
+    [-1, 1]: every summation order gives the same fp32 score)."""
+    return (torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+
+
+def random_step(
+    gen: torch.Generator, batch: int, pages: int, blocks: int, query_len: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decode step's block table (int32 [batch, pages], distinct blocks per request out of
+    ``blocks``) and lengths (int32 [batch]) covering every length class: the first rows at 0,
+    16 and 15 pages (short, the 16-page switch), the rest up to 40 pages past the table."""
+    table = torch.stack([torch.randperm(blocks, generator=gen)[:pages] for _ in range(batch)]).to(torch.int32)
+    n_pages = torch.randint(0, pages + 40, (batch,), generator=gen)
+    n_pages[: min(batch, 3)] = torch.tensor([0, 16, 15])[: min(batch, 3)]
+    lens = (n_pages * 128 + 1 + torch.randint(0, 128, (batch,), generator=gen)).clamp(min=query_len).to(torch.int32)
+    return table, lens
+
+
+def graph_replay_on_rank(
+    ctx, *, steps: int, check_every: int, pdl: bool, seed: int = 0, heads: int = 4, query_len: int = 4, pages: int = 300
+) -> dict:
+    """CP decode through ``GraphedDecode`` on this rank's GPU: ``steps`` back-to-back replays
+    (nothing else synchronizes the ranks) with a new batch size (1..8, padded to 1/2/4/8),
+    block table, lengths and queries every step, planned between replays. Every
+    ``check_every`` steps and at the last, this rank's heads are compared with
+    ``reference.full_decode``; a mismatch raises. Every rank draws the same steps (same seed).
+    Returns ``{"checked": n, "graphs": capture sizes used}``."""
+    gen = torch.Generator().manual_seed(seed)
+    base = make_case(
+        seed, [query_len] * 8, query_len=query_len, heads=heads, pattern="exact", table_width=pages, num_blocks=1024
+    )
+    k_cache = base.k_cache.to(ctx.device)
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=8, symm=ctx.symm, pdl=pdl)
+    graphed = GraphedDecode(state, query_len=query_len, table_width=pages, k_caches=[k_cache], sizes=(1, 2, 4, 8))
+    checked = 0
+    for step in range(steps):
+        batch = int(torch.randint(1, 9, (), generator=gen))
+        table, lens = random_step(gen, batch, pages, k_cache.shape[0], query_len)
+        q = exact_queries((batch * query_len, heads, 128), gen)
+        out = graphed.step(table.to(ctx.device), lens.to(ctx.device), q[:, owned].to(ctx.device))
+        if step % check_every == 0 or step == steps - 1:
+            want = reference.full_decode(q, base.k_cache, table, lens, query_len)[:, owned]
+            got = out[0].cpu()
+            if not torch.equal(got, want):
+                raise AssertionError(
+                    f"rank {ctx.rank} step {step} (batch {batch}): CP graph replay differs from the reference"
+                )
+            checked += 1
+    torch.cuda.synchronize()
+    state.check()
+    return {"checked": checked, "graphs": graphed.captured}

@@ -1,0 +1,115 @@
+"""GPU tier: the scorer's inline-PTX dequantization (fast/kernels/dequant_prmt.py) against the
+reference on every (scale byte, code) pair, alone and through each GPU scorer, and the GPU
+scorers (wgmma, prmt) against the table scorer."""
+
+import pytest
+import torch
+
+import reference
+from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
+from reference.cases import every_element_case, make_case
+from reference.decode import query_tile
+from reference.nvfp4 import dequantize_nvfp4, join_pages
+
+pytestmark = pytest.mark.gpu
+
+
+def every_pair_page() -> torch.Tensor:
+    """One page whose 1024 groups carry each scale byte 4 times, each group codes 0..15 in a
+    rotated order (so every code sits at every position of a word)."""
+    scales = (torch.arange(1024) % 256).to(torch.uint8).view(128, 8)
+    codes = (torch.arange(16)[None, :] + torch.arange(1024)[:, None]) % 16  # [group, element]
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).to(torch.uint8).reshape(128, 64)
+    return join_pages(packed[None], scales[None])  # [1, 128, 72]
+
+
+def test_every_scale_and_code_dequantizes_like_the_reference():
+    page = every_pair_page()
+    want = dequantize_nvfp4(page)[0].to(torch.float16)  # every E4M3 value is exact in fp16
+    got = dequant_pages_prmt(page.cuda(), torch.zeros(1, dtype=torch.int32, device="cuda"))[0].cpu()
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan), "NaN (scale byte 0x7F / 0xFF) positions differ"
+    # values compare equal; zeros may differ in sign (a -0 code times a scale), which no
+    # dot product can see: fp32 accumulation from +0.0 maps -0 and +0 to the same sums
+    assert torch.equal(got[~nan], want[~nan])
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+def test_every_scale_and_code_scores_exactly_on_each_gpu_kernel(kernel):
+    """test_scorer' every-element case through each GPU kernel (the default one is
+    also checked there): every score one dequantized element, bit for bit the reference's."""
+    case = every_element_case()
+    tile = query_tile(case.index_q, 4, 8)
+    want = torch.full((4, 64, 32), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    got = torch.full_like(want, 1e30).cuda()
+    score_variant(tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), got, kernel=kernel)
+    assert torch.equal(got.cpu(), want)
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+@pytest.mark.parametrize("ppp,tok,ahead", [(1, 128, 1), (3, 128, 2), (8, 128, 1), (1, 64, 2), (3, 64, 1), (16, 64, 2)])
+# Exact-arithmetic patterns only: the table kernel's batched dot compiles to another MMA
+# instruction (mma.sync) than the GPU kernels' (wgmma; the Gluon kernel's mma.sync at Hs = 1
+# has its own N), and the Gluon kernel sums the dimensions in a permuted order: on random
+# inputs they differ in the last bits (seen on the H200). The GPU paths are held to the
+# reference's fp32 bound on random inputs in test_scorer.py.
+@pytest.mark.parametrize("pattern", ["exact", "clustered", "ties"])
+@pytest.mark.parametrize("hs", [1, 2, 4, 8])
+def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, kernel):
+    """On exact-arithmetic inputs a GPU kernel and the table path agree bit for bit, whatever
+    its pages per program (tails of rows not a multiple of it included), prmt's tokens per
+    MMA block and wgmma's blocks loaded ahead; cells the contract leaves alone keep their 1e30."""
+    case = make_case(hs, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
+    tile = query_tile(case.index_q, 2, 8).cuda()
+    outs = []
+    for dequant in (kernel, "table"):
+        out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
+        shape = {
+            "wgmma": {"pages_per_program": ppp, "blocks_ahead": ahead},
+            "prmt": {"pages_per_program": ppp, "tokens_per_dot": tok},
+            "table": {},
+        }[dequant]
+        score_variant(
+            tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, kernel=dequant, **shape
+        )
+        outs.append(out.cpu())
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+@pytest.mark.parametrize("hs", [1, 2, 4, 8])
+def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
+    """first_slot (a decode step's q = 8 - first_slot live slots) shrinks the MMA's N —
+    wgmma's mma.sync at q x Hs <= 8, wgmma at 16 / 32 / 64: each shape scores its rows bit
+    for bit like the reference (exact arithmetic) and leaves the earlier slots' rows alone."""
+    case = make_case(
+        hs + 10, [300 * 128 + 9, 37 * 128, 5 * 128 + 3], query_len=8, heads=hs, pattern="exact", num_blocks=400
+    )
+    tile = query_tile(case.index_q, 3, 8)
+    full = torch.full((3, 8 * hs, case.block_table.shape[1]), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, full)
+    for first_slot in (7, 6, 4, 1):
+        want = full.clone()
+        want[:, : first_slot * hs] = 1e30
+        got = torch.full_like(want, 1e30).cuda()
+        score_variant(
+            tile.cuda(),
+            case.k_cache.cuda(),
+            case.block_table.cuda(),
+            case.seq_lens.cuda(),
+            got,
+            kernel=kernel,
+            first_slot=first_slot,
+        )
+        assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"first slot {first_slot}"
+
+
+def test_the_loads_only_probe_stores_nothing():
+    """The bench's probe (``loads_only``) runs the wgmma kernel's loads and leaves ``out`` as
+    it was: its numbers are a bound, never scores."""
+    case = make_case(3, [300 * 128 + 9, 37 * 128], query_len=8, heads=4, pattern="gaussian", num_blocks=400)
+    tile = query_tile(case.index_q, 2, 8).cuda()
+    out = torch.full((2, 32, case.block_table.shape[1]), 1e30, device="cuda")
+    score_variant(tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda(), out, loads_only=True)
+    assert bool((out == 1e30).all())

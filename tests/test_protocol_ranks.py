@@ -1,0 +1,312 @@
+"""The whole CP protocol over real rank processes, against the reference.
+
+Where GPUs exist the ranks are GPU processes (one per GPU, NCCL + torch symmetric memory over
+NVLink; CP sizes beyond the GPU count put several ranks on a GPU — time-sliced, correctness
+only); elsewhere CPU processes (Gloo + /dev/shm + the Triton interpreter). Runs outside xdist
+(`make test` gives it its own step): its ranks spin-wait on each other.
+"""
+
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+import reference
+from fast.backend import gpu_count
+from fast.tools.cli import main
+from fast.tools.launcher import RankError, RankPool
+from fast.tools.programs import assemble, decode_on_rank, run_case
+from fuzz.strategies import decode_configs
+from rank_programs import (
+    changing_queries_on_rank,
+    graph_replay_on_rank,
+    short_step_skipped_on_rank,
+    stages_after_forward_on_rank,
+    step_queries,
+)
+from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
+from reference.cp import HeadLayout
+
+pytestmark = pytest.mark.multirank
+
+GPUS = gpu_count()
+BACKEND = "cuda" if GPUS else "cpu"
+# The interpreter runs ~1K pages a second: CPU ranks get short histories; GPUs up to 1M tokens.
+MAX_PAGES = 8192 if GPUS else 40
+PDL = BACKEND == "cuda"
+POOLS: dict[int, RankPool] = {}
+
+
+def pool(cp: int) -> RankPool:
+    """One pool per CP size for the whole module (starting ranks costs seconds)."""
+    if cp not in POOLS or not POOLS[cp]._procs:
+        POOLS[cp] = RankPool(cp, BACKEND)
+    return POOLS[cp]
+
+
+def teardown_module():
+    for p in POOLS.values():
+        p.close()
+
+
+def _cp_param(cp):
+    """CP = 8 is slow on CPU ranks. On GPUs, a CP above the GPU count puts several ranks on
+    one GPU (time-sliced, a correctness-only configuration): `make test-slow` runs those.
+    On the 2 x H200 machine (2026-11-29) one of them failed: test_past_the_table_and_max_pages
+    at CP = 4 on 2 GPUs (H = 2, two replicas per head) had the replicas of head 1 disagree;
+    see the GPU issue's note."""
+    shared = BACKEND == "cuda" and cp > GPUS
+    slow = shared or (cp == 8 and BACKEND == "cpu")
+    return pytest.param(
+        cp, id=f"cp{cp}-{BACKEND}" + ("-shared-gpus" if shared else ""), marks=[pytest.mark.slow] if slow else []
+    )
+
+
+CPS = [_cp_param(cp) for cp in (1, 2, 4, 8)]
+
+
+@pytest.mark.parametrize("cp", CPS)
+@settings(max_examples=8)
+@given(cfg=decode_configs(max_pages=MAX_PAGES, patterns=tuple(EXACT_PATTERNS), big=BACKEND == "cuda"))
+def test_cp_equals_oracle(cp, cfg):
+    """Exact-arithmetic inputs: the fast CP output equals reference.full_decode bit for bit.
+    Score buffers are poisoned with 1e30, outputs prefilled with -7."""
+    case = cfg.build()
+    out = run_case(pool(cp), case, "cp", poison=True, pdl=PDL)
+    assert torch.equal(out, reference.full_decode(*case.args()))
+
+
+@pytest.mark.parametrize("cp", CPS)
+@settings(max_examples=5)
+@given(cfg=decode_configs(max_pages=MAX_PAGES, patterns=tuple(EXACT_PATTERNS)))
+def test_stock_equals_reference(cp, cfg):
+    case = cfg.build()
+    assert torch.equal(run_case(pool(cp), case, "stock", pdl=PDL), reference.stock_decode(*case.args()))
+
+
+@pytest.mark.parametrize(
+    "cp,lens",
+    [
+        pytest.param(2, [seq_len_for(0, 1), seq_len_for(15, 0)], id="cp2-all-short"),
+        # 4 interpreter ranks on CI's 2 cores take ~3 minutes for 200 steps: `make test-slow`.
+        pytest.param(
+            4,
+            [seq_len_for(3, 0), seq_len_for(14, 9)],
+            id="cp4-all-short",
+            marks=[pytest.mark.slow] if BACKEND == "cpu" or GPUS < 4 else [],
+        ),
+        pytest.param(2, [seq_len_for(17, 5), seq_len_for(2, 0)], id="cp2-mixed"),
+    ],
+)
+def test_back_to_back_steps(cp, lens):
+    """200 steps of one layer with nothing else synchronizing the ranks. With all rows short
+    a rank runs straight into the next step: the two buffer sets must keep it from writing
+    into a tile its peer is still scoring, or having its q erased by the peer's re-arm."""
+    case = make_case(cp, lens, query_len=1, heads=4, pattern="exact")
+    results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=200, pdl=PDL)
+    assert all(r["all_equal"] for r in results)
+    assert torch.equal(assemble(results, 4), reference.full_decode(*case.args()))
+
+
+@pytest.mark.parametrize(
+    "cp,heads",
+    # CP = 4 on fewer than 4 GPUs shares GPUs (time-sliced): `make test-slow` there.
+    [
+        pytest.param(2, 1, id="cp2-h1"),
+        pytest.param(4, 2, id="cp4-h2", marks=[pytest.mark.slow] if BACKEND == "cuda" and GPUS < 4 else []),
+    ],
+)
+def test_back_to_back_with_two_replicas_and_new_queries(cp, heads):
+    """Two replicas per head (H < CP), the last rank lagging 0.5 s per step, back-to-back
+    steps with new queries, every step checked; two all-short steps, two long ones,
+    repeated. When every replica stored the whole row, the fast ranks' tiles were completed
+    without the laggard, they ran steps ahead through the all-short steps, and the laggard's
+    stores landed in re-armed tiles: at CP = 4, H = 2 the ranks hung (10 minutes, CPU ranks).
+    Each replica now stores its own words of the row, so every tile waits for every rank."""
+    steps = 12
+    case = make_case(20 + heads, [seq_len_for(19, 3), seq_len_for(17, 0)], query_len=2, heads=heads, pattern="exact")
+    short = torch.tensor([seq_len_for(2, 5), seq_len_for(9, 0)], dtype=torch.int32)
+    lag = {cp - 1: 0.5}  # the last rank (a second replica) falls behind every step
+    outs = pool(cp).run(
+        changing_queries_on_rank, case.to_dict(), short, steps=steps, seed=5, lag=lag, pdl=PDL
+    )  # [rank][step]
+    owned = [list(HeadLayout(cp, heads).heads_of(r)) for r in range(cp)]
+    for step, q in enumerate(step_queries(case.index_q.shape, steps, 5)):
+        lens = short if (step // 2) % 2 == 0 else case.seq_lens
+        got = assemble([{"heads": owned[r], "out": outs[r][step]} for r in range(cp)], heads)
+        assert torch.equal(got, reference.full_decode(q, case.k_cache, case.block_table, lens, case.query_len)), (
+            f"step {step}"
+        )
+
+
+def test_a_step_without_long_rows_waits_for_nobody():
+    """Long, all-short, long steps of one layer; rank 1 skips the all-short step's forward.
+    Rank 0 must finish that step alone (no exchange, no wait: no request is long) and keep
+    its parity, so both ranks use the same buffer set in the third step. Had the short step
+    exchanged, rank 0 would have timed out; had it flipped the parity, the ranks would wait
+    on different sets in the third step."""
+    case = make_case(21, [seq_len_for(19, 3), seq_len_for(17, 0)], query_len=2, heads=4, pattern="exact")
+    short = torch.tensor([seq_len_for(2, 5), seq_len_for(15, 0)], dtype=torch.int32)
+    res = pool(2).run(short_step_skipped_on_rank, case.to_dict(), short, skip_rank=1, pdl=PDL)
+    assert [r["parity"] for r in res] == [[1, 1, 0], [1, 1, 0]]
+    want = reference.full_decode(*case.args())
+    want_short = reference.full_decode(case.index_q, case.k_cache, case.block_table, short, case.query_len)
+    for step, expect in enumerate([want, want_short, want]):
+        ran = [r for r in res if r["outs"][step] is not None]
+        got = torch.cat([r["outs"][step] for r in ran], dim=1)
+        assert torch.equal(got, expect[:, [h for r in ran for h in r["heads"]]]), f"step {step}"
+
+
+def test_stages_without_the_scorer_repeat_the_forward():
+    """The benchmark's CP overhead by stage runs the exchange, push and merge without the
+    scorer on the scores a forward left: the same output, in both buffer sets (the first
+    run follows the forward's flip), and no spin left waiting."""
+    case = make_case(
+        2, [seq_len_for(30, 3), seq_len_for(5, 0), seq_len_for(21, 127)], query_len=4, heads=4, pattern="exact"
+    )
+    runs = zip(*pool(2).run(stages_after_forward_on_rank, case.to_dict(), pdl=PDL))
+    want = reference.full_decode(*case.args())
+    for k, run in enumerate(runs):
+        assert torch.equal(assemble(list(run), 4), want), f"run {k} (0: the forward)"
+
+
+@pytest.mark.parametrize("cp", [_cp_param(2), _cp_param(4)])
+def test_past_the_table_and_max_pages(cp):
+    case = make_case(
+        7, [seq_len_for(100, 3), seq_len_for(30, 0)], query_len=3, heads=4, pattern="clustered", table_width=9
+    )
+    assert torch.equal(run_case(pool(cp), case, "cp", poison=True), reference.full_decode(*case.args()))
+    wide = make_case(8, [seq_len_for(8197, 0)], query_len=1, heads=2, pattern="clustered", num_blocks=256)
+    assert torch.equal(run_case(pool(cp), wide, "cp", poison=True), reference.full_decode(*wide.args()))
+
+
+def test_two_level_select_across_ranks():
+    case = make_case(9, [seq_len_for(300, 1), seq_len_for(90, 0)], query_len=4, heads=4, pattern="ties")
+    out = run_case(pool(2), case, "cp", max_chunk=16, poison=True)
+    assert torch.equal(out, reference.full_decode(*case.args()))
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("pattern", ["exact", "ties"])
+def test_split_select_across_ranks(path, pattern):
+    """Each row's top-16 split over 4 programs (slices of the 3-level select): the same
+    output as the oracle, both paths. ("exact" spreads a row's best pages over its slices;
+    with "ties" they crowd into the first.)"""
+    case = make_case(
+        9, [seq_len_for(300, 1), seq_len_for(90, 0), seq_len_for(5, 2)], query_len=4, heads=4, pattern=pattern
+    )
+    out = run_case(pool(2), case, path, max_chunk=16, split=4, poison=path == "cp")
+    want = reference.full_decode(*case.args()) if path == "cp" else reference.stock_decode(*case.args())
+    assert torch.equal(out, want)
+
+
+def test_missing_peer_is_reported_not_a_hang():
+    """Rank 1 plans but never calls forward: rank 0 must give up within its spin bound and
+    raise from check(), not hang. GPU ranks use the default bound (how long a real timeout
+    takes); CPU ranks a short one."""
+    case = make_case(10, [seq_len_for(40, 0)], query_len=1, heads=2, pattern="exact")
+    with RankPool(2, BACKEND) as p:
+        start = time.monotonic()
+        with pytest.raises(RankError, match="PeerTimeoutError"):
+            p.run(_missing_peer, case.to_dict(), timeout=120)
+        print(f"missing peer reported after {time.monotonic() - start:.1f} s ({BACKEND})")
+        assert time.monotonic() - start < 120
+
+
+def _missing_peer(ctx, case):
+    return decode_on_rank(ctx, case, "cp", spin_limit=300 if ctx.backend == "cpu" else None, skip_forward=ctx.rank == 1)
+
+
+def test_rendezvous_waits_for_the_last_rank():
+    """The benchmark's rendezvous: rank 1's host arrives 0.5 s late, and rank 0's stream
+    must not get past it before then (a rendezvous that did not wait would return at once)."""
+    waited = pool(2).run(_rendezvous, late_rank=1, absent_rank=None, spin_limit=None)
+    assert waited[0] > 0.4, waited
+
+
+def test_rendezvous_without_a_peer_is_reported_not_a_hang():
+    """Rank 1 never arrives: rank 0 gives up within its bound and raises."""
+    start = time.monotonic()
+    with RankPool(2, BACKEND) as p:
+        with pytest.raises(RankError, match="rendezvous gave up"):
+            p.run(
+                _rendezvous, late_rank=None, absent_rank=1, spin_limit=300 if BACKEND == "cpu" else 1 << 16, timeout=120
+            )
+    assert time.monotonic() - start < 120
+
+
+def _rendezvous(ctx, late_rank, absent_rank, spin_limit):
+    """Two rendezvous on this rank (none if it is ``absent_rank``, after 0.5 s if it is
+    ``late_rank``); the host's seconds until its stream got past them."""
+    from fast.tools.rendezvous import Rendezvous
+
+    meet = Rendezvous(ctx.symm, spin_limit=spin_limit)
+    if ctx.rank == late_rank:
+        time.sleep(0.5)
+    start = time.monotonic()
+    if ctx.rank != absent_rank:
+        meet()
+        meet()
+    if ctx.device.type == "cuda":
+        torch.cuda.synchronize()
+    meet.check()
+    return time.monotonic() - start
+
+
+def test_cli_decode_writes_the_assembled_output(tmp_path):
+    case = make_case(11, [seq_len_for(30, 2), seq_len_for(5, 0)], query_len=2, heads=4, pattern="zeros")
+    case.save(tmp_path / "case.pt")
+    for path, want in (("cp", reference.full_decode), ("stock", reference.stock_decode)):
+        code = main(
+            [
+                "decode",
+                "--case",
+                str(tmp_path / "case.pt"),
+                "--path",
+                path,
+                "--cp",
+                "2",
+                "--backend",
+                "cpu",
+                "--out",
+                str(tmp_path / "out.pt"),
+            ]
+        )
+        assert code == 0
+        assert torch.equal(torch.load(tmp_path / "out.pt", weights_only=True)["out"], want(*case.args()))
+    assert (
+        main(
+            [
+                "decode",
+                "--case",
+                str(tmp_path / "case.pt"),
+                "--path",
+                "cp",
+                "--cp",
+                "3",
+                "--out",
+                str(tmp_path / "o.pt"),
+            ]
+        )
+        == 2
+    )
+
+
+@pytest.mark.gpu
+def test_single_gpu_falls_back_to_stock():
+    """One GPU rank: build_cp_decode refuses (no peers) and the stock path runs, exactly."""
+    case = make_case(12, [seq_len_for(300, 3), seq_len_for(5, 0)], query_len=2, heads=4, pattern="exact")
+    results = pool(1).run(decode_on_rank, case.to_dict(), "auto")
+    assert results[0]["path"] == "stock"
+    assert torch.equal(assemble(results, 4), reference.stock_decode(*case.args()))
+
+
+@pytest.mark.multigpu
+@pytest.mark.parametrize("pdl", [False, True], ids=["plain", "pdl"])
+def test_graph_replay_across_gpus(pdl):
+    """Two GPUs, CUDA graphs per padded batch size (1/2/4/8), 1000 back-to-back replays with
+    a new batch size, table, lengths and queries every step, checked every 97 steps."""
+    results = pool(2).run(graph_replay_on_rank, steps=1000, check_every=97, pdl=pdl, timeout=900)
+    assert all(r["checked"] >= 11 for r in results)
+    assert results[0]["graphs"] == [1, 2, 4, 8]

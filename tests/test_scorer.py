@@ -1,0 +1,138 @@
+"""The fast scorer against the reference's scorer contract: exact on exact-arithmetic inputs,
+within the fp32-order bound elsewhere, and its launch policy."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference
+from fast.scorer import score_pages
+from indexer_constants import PAGE, SLOTS
+from reference.cases import EXACT_PATTERNS, every_element_case, make_case
+from reference.cp import plan_rank
+from reference.decode import query_tile
+from reference.nvfp4 import dequantize_nvfp4
+from reference.scores import fp32_order_bound
+from support import POISON, on
+
+EXACT = tuple(EXACT_PATTERNS)
+
+
+@st.composite
+def scorer_cases(draw, patterns=EXACT + ("random", "gaussian")):
+    hs = draw(st.sampled_from([1, 2, 4, 8]))
+    width = draw(st.integers(1, 20))
+    lens = draw(st.lists(st.integers(-3, 22 * 128 + 9), min_size=1, max_size=3))
+    pattern = draw(st.sampled_from(patterns))
+    case = make_case(
+        draw(st.integers(0, 2**31 - 1)),
+        [8] * len(lens),
+        heads=hs,
+        query_len=8,
+        pattern=pattern,
+        table_width=width,
+        num_blocks=9,
+    )
+    tile = query_tile(case.index_q, len(lens), 8)
+    return (
+        tile,
+        case.k_cache,
+        case.block_table,
+        torch.tensor(lens, dtype=torch.int32),
+        pattern,
+        draw(st.integers(0, SLOTS - 1)),
+    )
+
+
+@given(scorer_cases())
+def test_scorer_matches_reference(args):
+    """The contract's stored cells and values; with first_slot, the rows of the earlier slots
+    stay untouched and the others are still the reference's (the kernel's N shrinks with
+    them: on a GPU first_slot 7 at Hs <= 8 runs mma.sync, others wgmma)."""
+    tile, k_cache, table, lens, pattern, first_slot = args
+    b, _, hs, _ = tile.shape
+    want = torch.full((b, 8 * hs, table.shape[1]), POISON)
+    reference.score_pages(tile, k_cache, table, lens, want)
+    want[:, : first_slot * hs] = POISON
+    got = on(torch.full_like(want, POISON))
+    score_pages(on(tile), on(k_cache), on(table), on(lens), got, first_slot=first_slot)
+    got = got.cpu()
+    written = want != POISON
+    assert torch.equal(got != POISON, written), "stored a different set of columns"
+    if pattern in EXACT:
+        assert torch.equal(got, want)  # exact arithmetic: every order gives the same fp32
+    else:
+        tol = fp32_order_bound(tile, k_cache, table)
+        assert bool(((got - want).abs() <= tol)[written].all())
+
+
+@pytest.mark.gpu  # the interpreter's tl.dot is numpy's matmul, whose summation order follows N
+@settings(max_examples=20)
+@given(
+    cp=st.sampled_from([2, 4, 8]),
+    heads=st.sampled_from([1, 2, 4, 8]),
+    lens=st.lists(st.integers(9, 40 * 128), min_size=1, max_size=3),
+    pattern=st.sampled_from(["random", "gaussian", "clustered"]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, seed):
+    """Random inputs (where summation order shows): rank r's compact score column j, scored
+    for all H heads at once, is bit for bit the stock score of page j*CP + r scored for one
+    head (Hs = 1, as a TP rank does) — the same kernel, the same arithmetic per column."""
+    case = make_case(seed, lens, query_len=8, heads=heads, pattern=pattern, num_blocks=64)
+    batch, p = len(lens), case.block_table.shape[1]
+    tile = query_tile(case.index_q, batch, 8)  # [B, 8, H, 128]
+    width = reference.compact_width(p, cp)
+    stock = torch.full((heads, batch, 8, p), POISON)
+    for h in range(heads):
+        got = on(torch.full((batch, 8, p), POISON))
+        score_pages(
+            on(tile[:, :, h : h + 1].contiguous()), on(case.k_cache), on(case.block_table), on(case.seq_lens), got
+        )
+        stock[h] = got.cpu()
+    for rank in range(cp):
+        cbt, n_local, _ = plan_rank(case.block_table, case.seq_lens, p, width, cp, rank)
+        # The lying length for every request (the plan gives requests with no long row 0:
+        # nothing scored); this test is about the scorer's arithmetic per column.
+        lie = (n_local * PAGE + SLOTS).to(torch.int32)
+        compact = on(torch.full((batch, 8 * heads, width), POISON))
+        score_pages(on(tile), on(case.k_cache), on(cbt), on(lie), compact)
+        compact = compact.cpu().view(batch, 8, heads, width).permute(2, 0, 1, 3)  # [H, B, 8, W]
+        pages = torch.arange(width) * cp + rank
+        both = (compact != POISON) & (pages < p) & (stock[..., pages.clamp_max(p - 1)] != POISON)
+        assert bool(both.any()) or all(n == 0 for n in n_local.tolist())
+        assert torch.equal(compact[both].view(torch.int32), stock[..., pages.clamp_max(p - 1)][both].view(torch.int32))
+
+
+def test_wgmma_pages_per_program_shrinks_for_small_grids():
+    """Long rows get WGMMA_PAGES pages per program (4 at N = 32) where that grid still has
+    16 programs an SM; smaller grids get 4, and grids too small to give every SM 4 programs
+    of 4 get fewer, down to 1."""
+    from fast.kernels.scorer_wgmma import WGMMA_PAGES, long_row_pages, pages_per_program
+
+    assert WGMMA_PAGES == 8 and long_row_pages(32) == 4 and long_row_pages(16) == long_row_pages(64) == WGMMA_PAGES
+    assert pages_per_program(32, 8192, 132) == WGMMA_PAGES  # 1M, batch 32
+    assert pages_per_program(32, 8192, 132, rows=16) == pages_per_program(32, 8192, 132, rows=64) == WGMMA_PAGES
+    assert pages_per_program(32, 8192, 132, rows=32) == 4
+    assert pages_per_program(32, 1024, 132) == 8  # 4096 programs >= 16 * 132
+    assert pages_per_program(1, 8192, 132) == 4  # 1024 programs of 8 < 16 * 132
+    assert pages_per_program(8, 1024, 132) == 4
+    assert pages_per_program(1, 64, 132) == 1  # 8K context, batch 1
+    assert pages_per_program(32, 64, 132) == 2  # 4 would give 512 programs < 4 * 132
+    assert pages_per_program(0, 0, 132) == 1
+
+
+def test_every_scale_and_code_scores_exactly():
+    """Each score of this case is one dequantized element: the device's scorer (the wgmma
+    kernel on GPUs, fp16 subnormals and saturation included) equals the reference bit for
+    bit, and the + and - rows give back the reference's dequantization table."""
+    case = every_element_case()
+    tile = query_tile(case.index_q, 4, 8)
+    want = torch.full((4, 64, 32), POISON)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want)
+    got = on(torch.full_like(want, POISON))
+    score_pages(on(tile), on(case.k_cache), on(case.block_table), on(case.seq_lens), got)
+    assert torch.equal(got.cpu(), want)
+    k = (want[:, 0::2] - want[:, 1::2]).permute(2, 0, 1).reshape(32, 128)  # [page, dim] of token 0
+    assert torch.equal(k, dequantize_nvfp4(case.k_cache)[:, 0])

@@ -1,0 +1,68 @@
+"""The stock decode in one process: its top-16 on its own scores against the reference's stock
+rule, split rows, and end to end."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import reference
+from fast.select.policy import SelectShape
+from fast.stock import StockDecode
+from fuzz.strategies import DecodeConfig, decode_configs
+from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
+from reference.selection import own_pages, select
+from support import DEV, POISON, on
+
+EXACT = tuple(EXACT_PATTERNS)
+
+
+def _stock_case(cfg: DecodeConfig, max_chunk: int, split: int | None = None):
+    case = cfg.build()
+    layout_heads = case.index_q.shape[1]
+    sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV, split=split)
+    plan = sd.plan(on(case.block_table), on(case.seq_lens))
+    sd.shape = SelectShape.for_width(sd.width, max_chunk)
+    # Columns the scorer does not write keep this: the select loads whole rows before it
+    # knows their lengths, and must drop them (in the range it would squeeze every key).
+    plan.scores.fill_(POISON)
+    out = on(torch.full((case.index_q.shape[0], layout_heads, 16), -7, dtype=torch.int32))
+    sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    return case, sd, plan, out.cpu()
+
+
+@settings(max_examples=20)
+@given(decode_configs(max_pages=60), st.sampled_from([1024, 16]), st.sampled_from([1, 2, 4]))
+def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk, split):
+    """Selection exactly: the kernel's own scores through the reference's stock selection.
+    max_chunk 16 forces the three-level select on rows longer than 16 pages (with split,
+    on slices longer than 16); split > 1 splits each row over programs."""
+    case, sd, plan, out = _stock_case(cfg, max_chunk, split)
+    batch, q, heads = len(cfg.seq_lens), case.query_len, case.index_q.shape[1]
+    width = min(case.block_table.shape[1], 8192)
+    scores = plan.scores.cpu().view(batch, 8, heads, sd.width)[:, 8 - q :, :, :width]
+    rows = scores.reshape(batch * q * heads, width)
+    own = own_pages(case.seq_lens, q).repeat_interleave(heads)
+    assert torch.equal(out.view(-1, 16), select(rows, own, width, key="stock"))
+
+
+def test_split_stock_topk_rearms_and_repeats():
+    """A split select leaves its slice counts at zero, so the next call (a graph replay)
+    selects again — to the same pages as the unsplit select."""
+    case = make_case(4, [seq_len_for(60, 5), seq_len_for(3, 0), seq_len_for(45, 1)], query_len=2, heads=2)
+    outs = []
+    for split in (1, 4):
+        sd = StockDecode(heads=2, max_reqs=3, device=DEV, split=split)
+        plan = sd.plan(on(case.block_table), on(case.seq_lens))
+        for _ in range(2):
+            out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+            sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+            outs.append(out.cpu())
+            assert int(sd._counts.abs().sum()) == 0
+    assert all(torch.equal(o, outs[0]) for o in outs)
+
+
+@settings(max_examples=20)
+@given(decode_configs(max_pages=60, patterns=EXACT))
+def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
+    case, _, _, out = _stock_case(cfg, 1024)
+    assert torch.equal(out, reference.stock_decode(*case.args()))
