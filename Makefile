@@ -10,22 +10,33 @@ PY := .venv/bin/python
 ENV := .venv/.installed
 endif
 
-# Never multicast / NVLS on the GPU machines (DESIGN.md §7); harmless on CPU.
+# Never multicast / NVLS on the GPU machines (docs/DESIGN.md §8); harmless on CPU.
 export TORCH_SYMM_MEM_DISABLE_MULTICAST := 1
 export NCCL_NVLS_ENABLE := 0
 export NVSHMEM_DISABLE_NVLS := 1
 
 # CPU wheels: torch 2.13.0 is a local CPU build; anything newer would pull GBs of CUDA wheels.
-# numpy: the Triton interpreter runs kernels on it.
-PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0
+# numpy: the Triton interpreter runs kernels on it. The rest pins the `test` extra of
+# pyproject.toml (the suite, the fuzzers, the linter), which the venv installs with the project.
+PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0 ruff==0.17.6
 
-.PHONY: test test-slow demo bench fuzz fuzz-smoke env clean
+.PHONY: test test-slow demo bench fuzz fuzz-smoke lint format env clean
 env: $(ENV)
 
-.venv/.installed: Makefile
+.venv/.installed: Makefile pyproject.toml
 	python3 -m venv .venv
-	.venv/bin/pip install --quiet --disable-pip-version-check $(PINS)
+	.venv/bin/pip install --quiet --disable-pip-version-check $(PINS) -e '.[test]'
 	touch $@
+
+# ruff, configured in pyproject.toml: lint and the formatter's verdict (CI runs this first).
+# On the GPU machines (no network, no ruff) run it here instead.
+lint: $(ENV)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(ENV)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 # The README's test command. Step 1: xdist spreads the single-process tiers over the cores;
 # on a GPU machine each worker is pinned to one GPU (conftest.py), so the GPU tier runs there
