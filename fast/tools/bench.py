@@ -463,7 +463,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
                 file=file,
             )
     if report.get("targets"):
-        print("\nthe performance issue's targets, this run (fast/targets.py)", file=file)
+        print("\nthe performance issue's targets, this run (fast/tools/targets.py)", file=file)
         for t in report["targets"]:
             verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
             print(f"  [{verdict}] {t['target']}: {t['figures']}", file=file)
