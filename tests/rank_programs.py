@@ -4,6 +4,8 @@ after a forward, a step one rank skips, CUDA-graph replays against the reference
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from types import SimpleNamespace
 
@@ -153,3 +155,15 @@ def graph_replay_on_rank(
     torch.cuda.synchronize()
     state.check()
     return {"checked": checked, "graphs": graphed.captured}
+
+
+def die_on_rank(ctx, rank: int, how: str) -> int:
+    """Rank ``rank`` prints a line and dies (``how``: "exit" — os._exit(3) — or "segv", a
+    SIGSEGV to itself); the others return their rank at once."""
+    if ctx.rank == rank:
+        print(f"rank {rank} about to die", flush=True)
+        if how == "exit":
+            os._exit(3)
+        os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(60)  # not reached: the signal ends the process
+    return ctx.rank

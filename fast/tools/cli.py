@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import pickle
+from pathlib import Path
 
 import torch
 
 from indexer_constants import SUPPORTED_CP
 from reference.cases import Case
 from reference.cli import run_command
+from reference.validate import check_decode_inputs
 
 from ..backend import gpu_count
 from .bench import run_bench
@@ -21,13 +24,28 @@ def _backend(name: str) -> str:
     return ("cuda" if gpu_count() else "cpu") if name == "auto" else name
 
 
+def load_case(path: str) -> Case:
+    """A saved case, checked by the reference's input rules in this process, before any rank
+    starts: a missing, unreadable or invalid case is a ValueError naming what is wrong."""
+    try:
+        case = Case.load(path)
+    except FileNotFoundError:
+        raise ValueError(f"case: no such file: {path}") from None
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
+    check_decode_inputs(*case.args())
+    return case
+
+
 def _decode(args) -> int:
     if args.cp not in SUPPORTED_CP:
         raise ValueError(f"cp: must be one of {SUPPORTED_CP}, got {args.cp}")
     backend = _backend(args.backend)
     if backend == "cuda" and args.cp > gpu_count():
         raise ValueError(f"cp: {args.cp} ranks need {args.cp} GPUs, {gpu_count()} visible")
-    case = Case.load(args.case)
+    case = load_case(args.case)
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ValueError(f"out: the folder of {args.out} does not exist")
     with RankPool(args.cp, backend) as pool:
         out = run_case(pool, case, args.path)
     torch.save({"out": out}, args.out)
