@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
-from .runner import replay, run_campaign
+from .runner import parse_example, replay, run_campaign
 from .targets import TARGETS
 
 DEFAULT_MINUTES = {"reference": 3, "kernels": 2, "protocol": 2, "stock": 1.5, "inputs": 1.5}  # ~10 min
@@ -37,8 +38,11 @@ def main(argv=None) -> int:
     if args.backend == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before anything defines a kernel
     if args.target == "replay":
-        if args.example not in TARGETS or not args.example_json:
-            parser.error("replay needs a target and the example JSON a failure printed")
+        try:
+            parse_example(args.example or "", args.example_json)
+        except ValueError as exc:  # before any campaign machinery: one line, exit 2
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         replay(args.example, args.example_json, args.backend)
         print("replay passed")
         return 0

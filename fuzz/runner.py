@@ -3,6 +3,7 @@ one-line command that replays it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -137,16 +138,57 @@ def run_campaign(
     return Result(name, progress.count, time.monotonic() - progress.start)
 
 
-def replay(name: str, example_text: str, backend: str = "auto") -> None:
-    """Re-run one example (as printed by a failure); raises what the check raises."""
+def _config(raw):
+    """A ``DecodeConfig`` from its JSON object; ValueError naming a missing, extra or
+    mistyped field."""
     from .strategies import DecodeConfig
 
-    raw = json.loads(example_text)
-    example = (
-        (DecodeConfig(**raw[0]), raw[1])
-        if isinstance(raw, list)
-        else DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
-    )
+    if not isinstance(raw, dict):
+        raise ValueError(f"example: expected a JSON object of DecodeConfig fields, got {type(raw).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(DecodeConfig)}
+    if extra := sorted(set(raw) - set(fields)):
+        raise ValueError(f"example: unknown field(s) {extra} (DecodeConfig has {sorted(fields)})")
+    if missing := sorted(n for n, f in fields.items() if f.default is dataclasses.MISSING and n not in raw):
+        raise ValueError(f"example: missing field(s) {missing}")
+    for name, value in raw.items():
+        if name == "seq_lens":
+            ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+            kind = "a list of ints"
+        elif name == "pattern":
+            ok, kind = isinstance(value, str), "a string"
+        else:
+            ok, kind = isinstance(value, int) and not isinstance(value, bool), "an int"
+        if not ok:
+            raise ValueError(f"example: {name} must be {kind}, got {value!r}")
+    return DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
+
+
+def parse_example(name: str, example_text: str | None):
+    """The example of target ``name`` that a failure printed (its JSON), rebuilt; ValueError
+    naming the target, the JSON or the field that is wrong."""
+    if name not in TARGETS:
+        raise ValueError(f"target: {name!r} is not a fuzz target (one of {', '.join(sorted(TARGETS))})")
+    if not example_text:
+        raise ValueError("example: missing (give the JSON line a failure printed)")
+    try:
+        raw = json.loads(example_text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"example: not JSON ({exc.msg} at character {exc.pos})") from None
+    if isinstance(raw, list):  # (config, breakage): the inputs target's examples
+        if len(raw) != 2 or not isinstance(raw[1], str):
+            raise ValueError("example: a list example is [config, breakage name]")
+        from .targets import BREAKAGES
+
+        if raw[1] not in BREAKAGES:
+            raise ValueError(f"example: unknown breakage {raw[1]!r} (one of {', '.join(sorted(BREAKAGES))})")
+        return _config(raw[0]), raw[1]
+    return _config(raw)
+
+
+def replay(name: str, example_text: str, backend: str = "auto") -> None:
+    """Re-run one example (as printed by a failure); raises what the check raises (a bad
+    example: ValueError before anything runs)."""
+    example = parse_example(name, example_text)
     ctx = Context(_resolve(backend), {})
     try:
         TARGETS[name].check(example, ctx)

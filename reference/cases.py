@@ -6,6 +6,7 @@ A case is built from a seed and a small configuration, never stored as megabytes
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 
 import torch
@@ -62,11 +63,25 @@ class Case:
 
     @classmethod
     def load(cls, path) -> Case:
-        d = torch.load(path, weights_only=True)
+        """A case saved by ``save``; ValueError naming the case where the file is missing, is
+        not a saved case, or lacks a field (the tensors are checked where they are used)."""
+        try:
+            d = torch.load(path, weights_only=True)
+        except FileNotFoundError:
+            raise ValueError(f"case: no such file: {path}") from None
+        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
+            raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"case: {path} holds a {type(d).__name__}, not a dict of the case's five fields")
         missing = {"index_q", "k_cache", "block_table", "seq_lens", "query_len"} - set(d)
         if missing:
             raise ValueError(f"case: {path} lacks {sorted(missing)}")
-        return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], int(d["query_len"]), str(path))
+        query_len = d["query_len"]
+        if isinstance(query_len, torch.Tensor) and query_len.numel() == 1 and not query_len.is_floating_point():
+            query_len = int(query_len)
+        if isinstance(query_len, bool) or not isinstance(query_len, int):
+            raise ValueError(f"case: query_len in {path} must be an int, got {query_len!r}")
+        return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], query_len, str(path))
 
 
 def seq_len_for(pages: int, offset: int = 0) -> int:

@@ -5,23 +5,34 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from indexer_constants import MAX_PAGES, PAGE, RANKED, SUPPORTED_CP, TOPK
+from indexer_constants import MAX_PAGES, MAX_QUERY_LEN, PAGE, RANKED, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
 
 from .cases import PATTERNS, Case, make_case, seq_len_for
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
 from .selection import keys_to_pages, keys_to_scores
+from .validate import check_decode_inputs, check_int
 
 PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
 
 
+def check_out(path: str) -> None:
+    """An output path whose folder exists, checked before the work that fills it."""
+    if not Path(path).resolve().parent.is_dir():
+        raise ValueError(f"out: the folder of {path} does not exist")
+
+
 def _decode(args) -> int:
+    if args.cp is not None and args.path != "cp":
+        raise ValueError(f"cp: --cp applies to --path cp only, not --path {args.path}")
+    check_out(args.out)
     case = Case.load(args.case)
     fn = PATHS[args.path]
-    kwargs = {"cp": args.cp} if args.path == "cp" else {}
+    kwargs = {"cp": 1 if args.cp is None else args.cp} if args.path == "cp" else {}
     torch.save({"out": fn(*case.args(), **kwargs)}, args.out)
     return 0
 
@@ -35,11 +46,13 @@ def _fmt_keys(keys: torch.Tensor) -> str:
 def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
     """Print what one (row, head) saw on every simulated rank; return True if CP == full."""
     file = file or sys.stdout
+    rows, heads = case.index_q.shape[:2]
+    if not 0 <= row < rows:
+        raise ValueError(f"row: the case has {rows} rows (0..{rows - 1}), got {row}")
+    if not 0 <= head < heads:
+        raise ValueError(f"head: the case has {heads} heads (0..{heads - 1}), got {head}")
     out, trace = cp_decode(*case.args(), cp=cp, trace=True)
     full = full_decode(*case.args())
-    rows, heads = out.shape[:2]
-    if not (0 <= row < rows and 0 <= head < heads):
-        raise ValueError(f"row/head: the case has {rows} rows and {heads} heads, got row {row}, head {head}")
     q = case.query_len
     b, i = divmod(row, q)
     own = int(trace.own[row])
@@ -81,10 +94,19 @@ def _explain(args) -> int:
 
 
 def _make_case(args) -> int:
-    lens = [int(n) for n in args.seq_lens.split(",")]
+    try:
+        lens = [int(n) for n in args.seq_lens.split(",")]
+    except ValueError:
+        raise ValueError(f"seq-lens: {args.seq_lens!r} is not a comma-separated list of ints") from None
+    check_int("query-len", args.query_len, low=1, high=MAX_QUERY_LEN)
+    check_int("heads", args.heads, allowed=SUPPORTED_HEADS)
+    if args.table_width is not None:
+        check_int("table-width", args.table_width, low=1)
+    check_out(args.out)
     case = make_case(
         args.seed, lens, query_len=args.query_len, heads=args.heads, pattern=args.pattern, table_width=args.table_width
     )
+    check_decode_inputs(*case.args())  # a case that decode would refuse is not written
     case.save(args.out)
     print(
         f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table "
@@ -127,7 +149,7 @@ def main(argv=None) -> int:
     d = sub.add_parser("decode", help="decode a saved case with the full, CP or stock path")
     d.add_argument("--case", required=True)
     d.add_argument("--path", choices=sorted(PATHS), required=True)
-    d.add_argument("--cp", type=int, default=1)
+    d.add_argument("--cp", type=int, help="ranks simulated (--path cp only; default 1)")
     d.add_argument("--out", required=True)
     d.set_defaults(run=_decode)
     e = sub.add_parser("explain", help="show rank by rank what one row's head saw")

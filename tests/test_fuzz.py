@@ -60,3 +60,27 @@ def test_replay_line_round_trips(capsys):
 def test_time_budget_stops():
     result = run_campaign("reference", minutes=0.05, seed=1, database=False, quiet=True)
     assert not result.found and result.examples > 0 and result.seconds < 60
+
+
+BAD_REPLAYS = {
+    "unknown-target": (["replay", "nope", "{}"], "target"),
+    "no-json": (["replay", "reference"], "example"),
+    "not-json": (["replay", "reference", "{seed: 1"], "example"),
+    "missing-key": (["replay", "reference", '{"seed": 1}'], "example"),
+    "extra-key": (["replay", "reference", "CFG_EXTRA"], "example"),
+    "mistyped-key": (["replay", "reference", "CFG_MISTYPED"], "example"),
+    "unknown-breakage": (["replay", "inputs", "CFG_BREAKAGE"], "example"),
+}
+
+
+@pytest.mark.parametrize("argv,name", BAD_REPLAYS.values(), ids=BAD_REPLAYS.keys())
+def test_bad_replay_lines_are_one_error_line(capsys, argv, name):
+    cfg = json.loads(example_json(DecodeConfig(1, 2, 4, 1, (3000,), 30, "exact")))
+    fill = {
+        "CFG_EXTRA": json.dumps(cfg | {"colour": 1}),
+        "CFG_MISTYPED": json.dumps(cfg | {"heads": "four"}),
+        "CFG_BREAKAGE": json.dumps([cfg, "no-such-breakage"]),
+    }
+    assert main([fill.get(a, a) for a in argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {name}:"), err

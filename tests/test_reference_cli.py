@@ -59,10 +59,12 @@ def case_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("path,cp", [("full", 1), ("stock", 1), ("cp", 1), ("cp", 4), ("cp", 8)])
+@pytest.mark.parametrize("path,cp", [("full", None), ("stock", None), ("cp", None), ("cp", 4), ("cp", 8)])
 def test_decode_writes_the_api_output(case_file, tmp_path, path, cp, run_cli):
     out = tmp_path / "out.pt"
-    res = run_cli("decode", "--case", str(case_file), "--path", path, "--cp", str(cp), "--out", str(out))
+    ranks = [] if cp is None else ["--cp", str(cp)]
+    res = run_cli("decode", "--case", str(case_file), "--path", path, *ranks, "--out", str(out))
+    cp = cp or 1
     assert res.returncode == 0, res.stderr
     case = Case.load(case_file)
     want = {"full": full_decode, "stock": stock_decode}.get(path) or (lambda *a: cp_decode(*a, cp=cp))
@@ -99,3 +101,39 @@ def test_make_case_round_trip(tmp_path, run_cli):
     case = Case.load(path)
     assert case.index_q.shape == (6, 2, 128) and case.query_len == 3
     assert case.seq_lens.tolist() == [9, 700]
+
+
+# One row per bad command line: {case} is a valid case file, {garbage} a file that is not a
+# case, {none} a missing file, {out} an output path in an existing folder, {far} one in a
+# folder that does not exist. Each row names the argument its error must start with.
+BAD_COMMAND_LINES = {
+    "missing-case": ("decode --case {none} --path full --out {out}", "case"),
+    "garbage-case": ("decode --case {garbage} --path full --out {out}", "case"),
+    "cp-with-full": ("decode --case {case} --path full --cp 2 --out {out}", "cp"),
+    "cp-3": ("decode --case {case} --path cp --cp 3 --out {out}", "cp"),
+    "out-folder": ("decode --case {case} --path cp --out {far}", "out"),
+    "explain-row": ("explain --case {case} --row 999 --head 0", "row"),
+    "explain-head": ("explain --case {case} --row 0 --head 9", "head"),
+    "explain-missing-case": ("explain --case {none} --row 0 --head 0", "case"),
+    "make-query-len-9": ("make-case --out {out} --seq-lens 300 --query-len 9", "query-len"),
+    "make-heads-3": ("make-case --out {out} --seq-lens 300 --heads 3", "heads"),
+    "make-table-width": ("make-case --out {out} --seq-lens 300 --table-width -3", "table-width"),
+    "make-seq-lens": ("make-case --out {out} --seq-lens 300,x", "seq-lens"),
+    "make-len-below-query-len": ("make-case --out {out} --seq-lens 1 --query-len 2", "seq_lens"),
+    "make-out-folder": ("make-case --out {far} --seq-lens 300", "out"),
+}
+
+
+@pytest.mark.parametrize("line,name", BAD_COMMAND_LINES.values(), ids=BAD_COMMAND_LINES.keys())
+def test_bad_command_lines_are_one_error_line(case_file, tmp_path, run_cli, line, name):
+    """Exit 2, one line on stderr that starts with the argument's name, nothing written."""
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a torch file")
+    paths = dict(
+        case=case_file, garbage=garbage, none=tmp_path / "none.pt", out=tmp_path / "o.pt", far=tmp_path / "no" / "o.pt"
+    )
+    res = run_cli(*line.format(**paths).split())
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {name}:"), res.stderr
+    assert not (tmp_path / "o.pt").exists()

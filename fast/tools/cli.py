@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import pickle
-from pathlib import Path
 
 import torch
 
 from indexer_constants import SUPPORTED_CP
 from reference.cases import Case
-from reference.cli import run_command
+from reference.cli import check_out, run_command
 from reference.validate import check_decode_inputs
 
 from ..backend import gpu_count
@@ -27,12 +25,7 @@ def _backend(name: str) -> str:
 def load_case(path: str) -> Case:
     """A saved case, checked by the reference's input rules in this process, before any rank
     starts: a missing, unreadable or invalid case is a ValueError naming what is wrong."""
-    try:
-        case = Case.load(path)
-    except FileNotFoundError:
-        raise ValueError(f"case: no such file: {path}") from None
-    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
-        raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
+    case = Case.load(path)
     check_decode_inputs(*case.args())
     return case
 
@@ -43,9 +36,8 @@ def _decode(args) -> int:
     backend = _backend(args.backend)
     if backend == "cuda" and args.cp > gpu_count():
         raise ValueError(f"cp: {args.cp} ranks need {args.cp} GPUs, {gpu_count()} visible")
+    check_out(args.out)
     case = load_case(args.case)
-    if not Path(args.out).resolve().parent.is_dir():
-        raise ValueError(f"out: the folder of {args.out} does not exist")
     with RankPool(args.cp, backend) as pool:
         out = run_case(pool, case, args.path)
     torch.save({"out": out}, args.out)
