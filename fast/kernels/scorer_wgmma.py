@@ -97,7 +97,7 @@ def max_registers(rows: int) -> int | None:
 
     Up to N = 16 the compiler's choice leaves one program per SM fewer than 80 registers
     would (registers go out per warp in units of 256), and 80 spills nothing there
-    (``tests/test_tools.py`` checks the spills); from N = 32 a cap spills."""
+    (``tests/test_sass.py`` checks the spills); from N = 32 a cap spills."""
     return 80 if mma_rows(rows) <= 16 else None
 
 

@@ -1,0 +1,129 @@
+"""The SASS reader (``python -m fast.tools.sass``): every GPU kernel compiles for sm_90 on a
+machine without a GPU, the scorer's registers and layouts as the decode launches it."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    dump = tmp_path / "scorer.sass"
+    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "REG:" in done.stdout and "HGMMA" in done.stdout and "PRMT" in done.stdout
+    stores = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?STS", dump.read_text(), flags=re.M))
+    if kernel == "wgmma":
+        # the point of the kernel: the dequantized tile stays in registers. Staging it would
+        # take 16 STS.128 per thread and page (64 fp16 per 64-token block, two blocks); the
+        # stores left are q's tile (once per program) and the page maxima's partials (8 at
+        # Hs = 4: 4 STS.128, 4 STS.64)
+        assert stores < 16, f"{stores} shared-memory stores: the fp16 tile goes through shared memory again"
+        # one page per trip of the main loop: 2 blocks of 64 tokens x 8 wgmma k-steps
+        from fast.tools.sass import main_loop_mix
+
+        assert (
+            main_loop_mix(dump.read_text())["HGMMA"] == 16
+            and "main loop" in done.stdout
+            and "a program of 4 pages: ~" in done.stdout
+        )
+    else:
+        assert stores > 16  # tl.dot stages the tile: the difference the test above relies on
+
+
+def test_decode_kernels_compile_for_sm90():
+    """The Triton kernels other than the scorers, compiled by Triton for the GPU (the
+    selects in their three forms: three levels, slices of one chunk, a row of one chunk):
+    the interpreter that runs them on CPUs executes Python and
+    accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
+    after it did exactly that once)."""
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "fast.tools.sass", "--kernels"], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    names = [line.split(":")[0] for line in done.stdout.splitlines()]
+    queued = {
+        (1, 512): ["push split=1 chunk=512 warps=2"],
+        (4, 256): [],
+        (1, 1024): ["push split=1 chunk=1024 warps=1"],
+    }  # push_warps of a queued grid
+    selects = [
+        name
+        for (split, chunk), more in queued.items()
+        for name in (f"stock top-16 split={split} chunk={chunk}", f"push split={split} chunk={chunk}", *more)
+    ]
+    assert names == [
+        "q exchange",
+        "merge",
+        "compact table",
+        "q to tile",
+        *selects,
+        "push warp select columns=512",
+        "push two-level warp select columns=2048",
+        "push two-level warp select columns=4096",
+    ]
+
+
+def test_register_cap_spills_nothing():
+    """The wgmma kernel at N <= 16 is compiled with a register cap (6 programs per SM
+    instead of 5: fast/tools/PERF.md); a kernel change that makes the cap spill would silently
+    trade that gain for local-memory traffic. Every capped shape the decode launches, as it
+    launches them (PDL, the prefetch before the wait): N = 8 (mma.sync: Hs = 1, or q x Hs <=
+    8) and N = 16 (wgmma). Compiled in a child without the
+    interpreter (Gluon cannot lower the interpreter's functions; in this process only a
+    warm Triton cache would hide that)."""
+    from fast.kernels.scorer_wgmma import max_registers, mma_rows
+
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    for hs, first_slot in ((1, 0), (2, 0), (4, 7), (4, 4)):
+        cmd = [sys.executable, "-m", "fast.tools.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl"]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        assert done.returncode == 0, done.stderr
+        usage = done.stdout.splitlines()[0]
+        regs = int(re.search(r"REG:(\d+)", usage).group(1))
+        assert regs <= max_registers((8 - first_slot) * hs), usage
+        assert "STACK:0 " in usage and "LOCAL:0 " in usage, (
+            f"Hs = {hs}, first slot {first_slot}: the register cap spills ({usage})"
+        )
+        # mma.sync's pages unrolled (no page loop in the listing), wgmma's in a loop: each
+        # the faster form (scorer_wgmma's page loop)
+        unrolled = "(unrolled: the listing)" in done.stdout
+        assert unrolled == (mma_rows((8 - first_slot) * hs) == 8), done.stdout
+
+
+@pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])
+def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts):
+    """The wgmma kernel's page maxima (``partial_maxima``: 32 or 8 partials a page and row;
+    the epilogue's pages padded to a power of 2, one a warp, fewer repeated, more wrapped)
+    compile for sm_90 at shapes that pick each layout: N 64 with 4 and 1 pages a program,
+    N 32 with 3, N 8 (mma.sync) with 8. A layout Gluon cannot lower fails here, without a
+    GPU; the GPU tests (test_gpu_scorer.py) hold every shape to the reference bit for bit."""
+    from fast.kernels.scorer_wgmma import mma_rows, partial_maxima
+
+    assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    cmd = [
+        sys.executable,
+        "-m",
+        "fast.tools.sass",
+        "--hs",
+        str(hs),
+        "--first-slot",
+        str(first_slot),
+        "--pages",
+        str(pages),
+        "--pdl",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
