@@ -6,7 +6,6 @@ collective (same order on every rank).
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +33,7 @@ from .select.policy import (
     warp_select_keys,
 )
 from .select.warp_ptx import warp_asm_options
+from .stage_clock import StageClock
 from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
@@ -41,41 +41,6 @@ log = logging.getLogger(__name__)
 # Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
 # defaults give a missing peer well over ten seconds before it is declared lost.
 DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
-
-
-class _StageClock:
-    """Adds each stage's time to a dict when one is given; otherwise does nothing.
-
-    On a GPU the stages are bracketed by CUDA events (no sync between stages, so the device
-    time of each stage, launch gaps included) and ``done()`` syncs once to read them; on the
-    CPU it is wall time.
-    """
-
-    def __init__(self, times: dict | None, device: torch.device):
-        self.times, self.cuda = times, device.type == "cuda"
-        self.marks: list = []
-        if times is not None:
-            self.marks.append(("start", self._now()))
-
-    def _now(self):
-        if self.cuda:
-            event = torch.cuda.Event(enable_timing=True)
-            event.record()
-            return event
-        return time.perf_counter()
-
-    def lap(self, stage: str) -> None:
-        if self.times is not None:
-            self.marks.append((stage, self._now()))
-
-    def done(self) -> None:
-        if self.times is None:
-            return
-        if self.cuda:
-            self.marks[-1][1].synchronize()
-        for (_, a), (stage, b) in zip(self.marks, self.marks[1:]):
-            seconds = a.elapsed_time(b) / 1e3 if self.cuda else b - a
-            self.times[stage] = self.times.get(stage, 0.0) + seconds
 
 
 def score_row_stride(width: int) -> int:
@@ -251,7 +216,7 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        clock = _StageClock(stage_times, self.device)
+        clock = StageClock(stage_times, self.device)
         self.exchange(layer, plan, index_q, query_len)
         clock.lap("exchange")
         tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]

@@ -4,7 +4,6 @@ back to."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +16,7 @@ from .checks import MAX_REQS, check_int
 from .kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from .scorer import score_pages
 from .select.policy import SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
+from .stage_clock import StageClock
 
 
 @dataclass
@@ -98,12 +98,12 @@ class StockDecode:
     ) -> torch.Tensor:
         """One layer's stock decode. index_q: float8_e4m3fn [B * q, heads, 128]; k_cache:
         uint8 [N, 128, 72]; out: int32 [B * q, heads, 16]. Returns out. stage_times: as
-        ``IndexerDecodeCP.forward``'s (one stage here: the whole decode)."""
+        ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select")."""
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, self.heads, self.device)
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        start = time.perf_counter()
+        clock = StageClock(stage_times, self.device)
         q_to_tile_kernel[(rows,)](
             index_q.view(torch.int32),
             plan.tile.view(torch.int32),
@@ -123,11 +123,10 @@ class StockDecode:
             release=self.pdl and release_select(rows * self.heads * split[0]),
             first_slot=SLOTS - query_len,
         )
+        clock.lap("score")
         self._select(plan, out, query_len, split)
-        if stage_times is not None:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            stage_times["stock"] = stage_times.get("stock", 0.0) + time.perf_counter() - start
+        clock.lap("select")
+        clock.done()
         return out
 
     def check(self) -> None:

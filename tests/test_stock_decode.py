@@ -66,3 +66,15 @@ def test_split_stock_topk_rearms_and_repeats():
 def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
     case, _, _, out = _stock_case(cfg, 1024)
     assert torch.equal(out, reference.stock_decode(*case.args()))
+
+
+def test_stage_times_name_the_stock_stages():
+    """``stage_times`` (the demo's and the benchmark's) gets the stock decode's two stages."""
+    case = make_case(5, [seq_len_for(30, 2)], query_len=1, heads=2)
+    sd = StockDecode(heads=2, max_reqs=1, device=DEV)
+    plan = sd.plan(on(case.block_table), on(case.seq_lens))
+    out = on(torch.full((1, 2, 16), -7, dtype=torch.int32))
+    times: dict = {}
+    sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, 1, stage_times=times)
+    assert set(times) == {"score", "select"} and all(t >= 0 for t in times.values())
+    assert torch.equal(out.cpu(), reference.stock_decode(*case.args()))

@@ -39,8 +39,9 @@ def decode_on_rank(
     (nothing else synchronizes the ranks between them) and returns
     ``{"heads": [...], "out": int32 [rows, len(heads), 16] (last step), "all_equal": bool,
     "seconds": per-step wall time}``. ``skip_forward`` makes this rank plan but never call
-    forward (the missing-peer test). ``poison`` fills the CP score buffer with 1e30 before
-    every forward, so a read of a column the scorer did not write would rank first.
+    forward (the missing-peer test). ``poison`` fills the plan's score buffer (either path's)
+    with 1e30 before every forward, so a read of a column the scorer did not write would rank
+    first.
     ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
     ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
     ``max_chunk`` / ``split``: the top-16 select's (``IndexerDecodeCP``, ``StockDecode``).
