@@ -10,7 +10,8 @@ from .backend import select_backend
 
 BACKEND = select_backend()
 
-from .cp import IndexerDecodeCP, PeerTimeoutError, build_cp_decode  # noqa: E402
+from .cp import IndexerDecodeCP, build_cp_decode  # noqa: E402
+from .errors import BadBlockIdError, BadLengthError, DecodeInputError, PeerTimeoutError  # noqa: E402
 from .graphs import GraphedDecode  # noqa: E402
 from .scorer import score_pages  # noqa: E402
 from .stock import StockDecode  # noqa: E402
@@ -18,9 +19,12 @@ from .symm import ShmSymmetric, SingleRankSymmetric, open_cuda_symmetric  # noqa
 
 __all__ = [
     "BACKEND",  # "cuda" or "cpu" (the Triton interpreter): where this process runs kernels
+    "BadBlockIdError",  # raised by check(): a block id outside the cache (request, column, id)
+    "BadLengthError",  # raised by check(): a negative length or one below query_len (request, length)
+    "DecodeInputError",  # the base of the two above (a ValueError)
     "GraphedDecode",  # decode layers replayed from one CUDA graph per padded batch size
-    "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check()
-    "PeerTimeoutError",  # raised by check() when a peer never delivered
+    "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check(), reset()
+    "PeerTimeoutError",  # raised by check() when a peer never delivered within the time bound
     "ShmSymmetric",  # symmetric buffers of CPU rank processes (/dev/shm files)
     "SingleRankSymmetric",  # a one-rank "symmetric" allocator (CP = 1, tests, benchmark)
     "StockDecode",  # one rank's stock (non-CP) decode, the fallback

@@ -78,8 +78,8 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
             f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
         )
     _tensor("k_cache", k_cache, torch.uint8, 3, device)
-    if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES):
-        raise ValueError(f"k_cache: expected [N, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
+    if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
+        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
     _tensor("out", out, torch.int32, 3, device)
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
@@ -104,3 +104,20 @@ def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
     if out.stride(2) != 1:
         raise ValueError(f"out: columns must be contiguous (strides {out.stride()})")
     return batch, hs, width
+
+
+def error_record(error, device: torch.device) -> None:
+    """An error record: int32 [5] (``fast.kernels.guards.ERR_WORDS``) on the operands' device."""
+    _tensor("error", error, torch.int32, 1, device)
+    if error.shape[0] != 5:
+        raise ValueError(f"error: expected 5 words (an error record), got {error.shape[0]}")
+
+
+def scorer_operands(k_cache, lens, batch: int, device: torch.device) -> None:
+    """The scorer's cache uint8 [N >= 1, 128, 72] and lengths int32 [B], contiguous on ``device``."""
+    _tensor("k_cache", k_cache, torch.uint8, 3, device)
+    if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
+        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
+    _tensor("lens", lens, torch.int32, 1, device)
+    if lens.shape[0] != batch:
+        raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")

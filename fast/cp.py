@@ -6,6 +6,7 @@ collective (same order on every rank).
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -16,8 +17,9 @@ from indexer_constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_CP, SUPPORTE
 from . import checks
 from .backend import pdl_options, sm_count
 from .checks import MAX_REQS, check_int
+from .errors import new_record, raise_recorded
 from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
-from .kernels.device import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
+from .kernels.guards import BOUND_WORDS
 from .layout import HeadLayout, compact_width
 from .scorer import score_pages
 from .select.policy import (
@@ -38,9 +40,10 @@ from .symm import Symmetric, SymmetricTensor
 
 log = logging.getLogger(__name__)
 
-# Polls before a spin gives up. A GPU poll takes ~1 µs, an interpreter poll ~0.1 ms: both
-# defaults give a missing peer well over ten seconds before it is declared lost.
-DEFAULT_SPIN_LIMIT = {"cuda": 1 << 25, "cpu": 200_000}
+# Seconds a spin waits for a peer before it gives up. On GPUs peers run in lockstep, so two
+# seconds is far past any healthy wait; interpreter ranks (CPU) can lag a peer by a whole
+# step of Python, hence the longer bound there.
+DEFAULT_TIMEOUT_S = {"cuda": 2.0, "cpu": 30.0}
 
 
 def score_row_stride(width: int) -> int:
@@ -49,10 +52,6 @@ def score_row_stride(width: int) -> int:
     least width + 3: a load of the 4 columns from one below the row's bound (< width) reads
     at most 3 past the row, which stay inside it."""
     return triton.cdiv(width + 3, 4) * 4
-
-
-class PeerTimeoutError(RuntimeError):
-    """A spin gave up: a peer never delivered its queries or candidates."""
 
 
 @dataclass
@@ -80,6 +79,7 @@ class CPPlan:
     score_lens: torch.Tensor  # int32 [B]
     seq_lens: torch.Tensor  # int32 [B], the real lengths
     n_local: torch.Tensor  # int32 [B]
+    bounds: torch.Tensor  # int32 [B, 4]: each request's id bounds (kernels.guards.row_id_bounds)
     scores: torch.Tensor  # fp32 [B, 8 * H, W], rows of score_row_stride(W) (16-byte aligned, padded)
 
 
@@ -96,7 +96,7 @@ class IndexerDecodeCP:
         heads: int,
         max_reqs: int,
         symm: Symmetric,
-        spin_limit: int | None = None,
+        spin_timeout_s: float | None = None,
         pdl: bool = False,
         max_chunk: int = MAX_CHUNK,
         split: int | None = None,
@@ -113,13 +113,22 @@ class IndexerDecodeCP:
         self.device = symm.device
         self.max_reqs = max_reqs
         self.rows_max = max_reqs * SLOTS
-        self.spin_limit = spin_limit or DEFAULT_SPIN_LIMIT[self.device.type]
+        self.timeout_s = DEFAULT_TIMEOUT_S[self.device.type] if spin_timeout_s is None else spin_timeout_s
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, (int, float))
+            or not (0 < self.timeout_s <= 3600)
+        ):
+            raise ValueError(f"spin_timeout_s: seconds in (0, 3600], got {spin_timeout_s!r}")
+        self._timeout_ns = int(self.timeout_s * 1e9)
+        self._wall = self.device.type != "cuda"  # the interpreter's spins read the host clock
         self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
         self.max_chunk = max_chunk
         self._sms = sm_count(str(self.device)) if self.device.type == "cuda" else 0  # push_warps'
         self.width = 0  # compact width W, fixed by the first plan
         self.shape: SelectShape | None = None
-        self.error = torch.zeros(1, dtype=torch.int32, device=self.device)
+        self.error = new_record(self.device)  # int32 [5]: the protocol word, then the first bad input
+        self._layers: list[weakref.ref] = []  # every layer built, for reset()
         self._tile_words = max_reqs * SLOTS * heads * HEAD_DIM // 4
         self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
         self._plans: dict[int, CPPlan] = {}
@@ -139,17 +148,20 @@ class IndexerDecodeCP:
         out again would be followed as peer addresses (an illegal-address fault)."""
         tile = self.symm.alloc(2 * self._tile_words, torch.int32, -1)  # 0xFF bytes: no query yet
         recv = self.symm.alloc(2 * self._recv_elems, torch.int64, -1)  # -1: no candidates yet
-        return CPLayer(
+        layer = CPLayer(
             tile,
             recv,
             torch.zeros(1, dtype=torch.int64, device=self.device),
             torch.zeros(1, dtype=torch.int64, device=self.device),
         )
+        self._layers.append(weakref.ref(layer))
+        return layer
 
     def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> CPPlan:
         """Once per step, outside CUDA-graph capture; no host sync.
 
-        block_table: int32 [B, P_table]; seq_lens: int32 [B] (each >= query_len).
+        block_table: int32 [B, P_table]; seq_lens: int32 [B] (each >= query_len, or 0 for a
+        padding request; ids and lengths are judged on the device: ``check()``).
         The compact width ``W = ceil(P / CP) + 1`` is fixed by the first plan; a later table
         may be narrower, never wider.
         """
@@ -172,6 +184,7 @@ class IndexerDecodeCP:
                 score_lens=torch.empty(batch, **i32),
                 seq_lens=torch.empty(batch, **i32),
                 n_local=torch.empty(batch, **i32),
+                bounds=torch.empty(batch, BOUND_WORDS, **i32),
                 scores=torch.empty(batch, SLOTS * self.heads, score_row_stride(self.width), device=self.device)[
                     :, :, : self.width
                 ],
@@ -184,6 +197,7 @@ class IndexerDecodeCP:
                 p.score_lens,
                 p.seq_lens,
                 p.n_local,
+                p.bounds,
                 pages,
                 block_table.stride(0),
                 W=self.width,
@@ -210,6 +224,11 @@ class IndexerDecodeCP:
         the same layer and plan; a rank that does not is reported by check() on the others.
         stage_times: if a dict, each stage's seconds are added to it (GPU: CUDA events, one
         sync at the end; CPU: wall time): for the demo and the benchmark, never in production.
+
+        A request of length 0 (padding) gets sixteen -1 per row. A request with a negative
+        length, a length in 1 .. query_len - 1, or a block id outside ``[0, N)`` among the
+        columns it reads gets sixteen -1 per row on every rank, no rank reads its bad pages,
+        and the error record names it (``check()`` raises BadLengthError / BadBlockIdError).
         """
         hr = self.layout.heads_per_rank
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, hr, self.device)
@@ -236,9 +255,9 @@ class IndexerDecodeCP:
             first_slot=SLOTS - query_len,
         )
         clock.lap("score")
-        self._push(layer, plan, query_len, split_plan, push_plan)
+        self._push(layer, plan, query_len, split_plan, push_plan, k_cache.shape[0])
         clock.lap("push")
-        self.merge(layer, plan, query_len, out)
+        self.merge(layer, plan, query_len, out, num_blocks=k_cache.shape[0])
         clock.lap("merge")
         clock.done()
         return out
@@ -256,7 +275,7 @@ class IndexerDecodeCP:
             layer.current,
             self.error,
             self._tile_words,
-            self.spin_limit,
+            self._timeout_ns,
             H=self.heads,
             HR=self.layout.heads_per_rank,
             R=self.layout.replicas,
@@ -264,6 +283,7 @@ class IndexerDecodeCP:
             CP=self.cp,
             RANK=self.rank,
             QLEN=query_len,
+            WALL=self._wall,
             **pdl_options(self.pdl),
         )
 
@@ -272,17 +292,20 @@ class IndexerDecodeCP:
         row, columns per program and their select shape. The push ranks W - 1 columns."""
         return plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
 
-    def push(self, layer: CPLayer, plan: CPPlan, query_len: int) -> None:
+    def push(self, layer: CPLayer, plan: CPPlan, query_len: int, *, num_blocks: int) -> None:
         """The push alone, forward's third stage, for the benchmark: each long row's local
         top 16 of ``plan.scores`` (fp32 [B, 8 * H, W], as the scorer leaves it) into its
         owners' slots of ``layer.recv`` (in the set of the layer's last exchange,
         ``layer.current``). The keys stay there (the merge re-arms them): before
-        forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank."""
+        forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank.
+        num_blocks: N of the cache the scores came from (the guards' bound)."""
         rows = plan.batch * query_len
         split_plan = self._split(rows)
-        self._push(layer, plan, query_len, split_plan, self._push_plan(rows, split_plan))
+        self._push(layer, plan, query_len, split_plan, self._push_plan(rows, split_plan), num_blocks)
 
-    def _push(self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple, push_plan: tuple) -> None:
+    def _push(
+        self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple, push_plan: tuple, num_blocks: int
+    ) -> None:
         """``push`` with its ``_split`` and ``_push_plan`` already planned (forward plans
         them once, for the scorer's release too)."""
         split, columns, s = split_plan
@@ -292,6 +315,8 @@ class IndexerDecodeCP:
             plan.scores,
             plan.seq_lens,
             plan.n_local,
+            plan.bounds,
+            num_blocks,
             layer.recv.ptrs,
             layer.current,
             self.error,
@@ -320,14 +345,19 @@ class IndexerDecodeCP:
             **pdl_options(self.pdl),
         )
 
-    def merge(self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor) -> torch.Tensor:
+    def merge(
+        self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor, *, num_blocks: int
+    ) -> torch.Tensor:
         """The merge, forward's last stage (alone: for the benchmark, after ``push`` on every
         rank): each row's HR heads' 16 best of the CP x 16 candidates in ``layer.recv`` into
         ``out`` (int32 [B * q, Hr, 16]), waiting for every rank's push; it re-arms the
         candidates and the rows' q tile slots (the set of the layer's last exchange) and
-        flips ``layer.parity``. Returns out."""
+        flips ``layer.parity``. num_blocks: N of the step's cache (the guards' bound).
+        Returns out."""
         merge_kernel[(plan.batch * query_len,)](
             plan.seq_lens,
+            plan.bounds,
+            num_blocks,
             layer.recv.ptrs,
             layer.tile.ptrs,
             layer.current,
@@ -337,7 +367,7 @@ class IndexerDecodeCP:
             self.rows_max,
             self._recv_elems,
             self._tile_words,
-            self.spin_limit,
+            self._timeout_ns,
             H=self.heads,
             HR=self.layout.heads_per_rank,
             SORT=self.device.type == "cuda",
@@ -345,6 +375,7 @@ class IndexerDecodeCP:
             CP=self.cp,
             RANK=self.rank,
             QLEN=query_len,
+            WALL=self._wall,
             **pdl_options(self.pdl),
         )
         return out
@@ -361,15 +392,32 @@ class IndexerDecodeCP:
         return warps, keys if warps == 1 else 0
 
     def check(self) -> None:
-        """Raise PeerTimeoutError if a spin of this process gave up (a host sync: call it
-        where a sync is acceptable, e.g. every N steps). The flag stays set: after a timeout
-        the layers' buffers hold stale data, so rebuild the state before going on."""
-        code = int(self.error.item())
-        if code:
-            what = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}.get(code, f"code {code}")
-            raise PeerTimeoutError(
-                f"rank {self.rank}: {what} gave up after {self.spin_limit} polls: a peer never arrived"
-            )
+        """Raise what this process's error record holds (a host sync: call it where a sync
+        is acceptable, e.g. every N steps): PeerTimeoutError if a spin gave up (a peer did
+        not arrive within ``timeout_s``), else BadBlockIdError / BadLengthError naming the
+        first bad request, column and value (``fast.errors``). The record stays set until
+        ``reset()``; while a timeout is recorded every row this process merges is -1."""
+        raise_recorded(self.error, rank=self.rank, timeout_s=self.timeout_s)
+
+    def reset(self) -> None:
+        """Collective (every rank calls it, none mid-step): after a timeout or a bad input,
+        re-arm every layer this state built (both tile and candidate sets, the parity) and
+        clear the error record, so the next step is exact without new symmetric memory.
+
+        Waits for this rank's kernels (their spins end within ``timeout_s``), then for every
+        rank (no peer still stores into this rank's buffers), re-arms, and waits for every
+        rank again (no peer's next exchange lands in a buffer before it is re-armed)."""
+        self.symm.barrier()
+        for ref in self._layers:
+            layer = ref()
+            if layer is not None:
+                layer.tile.local.fill_(-1)
+                layer.recv.local.fill_(-1)
+                layer.parity.zero_()
+                layer.current.zero_()
+        self._counts.zero_()
+        self.error.zero_()
+        self.symm.barrier()
 
 
 def cp_unsupported_reason(

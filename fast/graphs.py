@@ -3,7 +3,8 @@
 A server captures the per-layer forward once per batch size it pads to and replays it every
 step; the plan (compact table, lengths) runs eagerly before the replay. ``GraphedDecode`` does
 exactly that for any decode of the one interface (``IndexerDecodeCP``, ``StockDecode``:
-``new_layer()``, ``plan()``, ``forward(layer, plan, ...)``, ``local_heads``, ``device``): the
+``new_layer()``, ``plan()``, ``forward(layer, plan, ...)``, ``check()``, ``reset()``,
+``local_heads``, ``device``): the
 graph-replay test, the benchmark and a user's integration all go through it.
 """
 
@@ -30,6 +31,10 @@ class Decode(Protocol):
         self, layer, plan, index_q, k_cache, out, query_len: int, stage_times: dict | None = None
     ) -> torch.Tensor: ...
 
+    def check(self) -> None: ...
+
+    def reset(self) -> None: ...
+
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 
@@ -40,7 +45,7 @@ class _Static:
     def __init__(self, batch: int, query_len: int, heads: int, table_width: int, layers: int, device):
         i32 = dict(dtype=torch.int32, device=device)
         self.block_table = torch.zeros(batch, table_width, **i32)
-        self.seq_lens = torch.full((batch,), query_len, **i32)
+        self.seq_lens = torch.zeros(batch, **i32)  # padding requests: sixteen -1 per row
         self.index_q = torch.zeros(layers, batch * query_len, heads, HEAD_DIM, dtype=torch.float8_e4m3fn, device=device)
         self.out = torch.full((layers, batch * query_len, heads, TOPK), -1, **i32)
         self.graph: torch.cuda.CUDAGraph | None = None
@@ -53,8 +58,8 @@ class GraphedDecode:
     collective, in the same order on every rank). k_caches: uint8
     ``[N, 128, 72]`` tensors, layer i reads ``k_caches[i % len]``. table_width: the block
     table width every step uses (it fixes P, so it may not change). A step pads its batch to
-    the smallest of ``sizes`` that holds it: padding rows get ``seq_len = query_len`` (a
-    legal short row) and their outputs are dropped.
+    the smallest of ``sizes`` that holds it: padding requests get ``seq_len = 0`` (nothing
+    read, sixteen -1 per row) and their outputs are dropped.
     """
 
     def __init__(
@@ -109,7 +114,7 @@ class GraphedDecode:
         rows = b * self.query_len
         s.block_table[:b].copy_(block_table)
         s.seq_lens[:b].copy_(seq_lens)
-        s.seq_lens[b:].fill_(self.query_len)
+        s.seq_lens[b:].zero_()
         s.index_q[:, :rows].copy_(index_q)
         s.plan = self.decode.plan(s.block_table, s.seq_lens)
         return s
@@ -125,6 +130,15 @@ class GraphedDecode:
                 self._forward_all(s, s.plan)
             s.graph = graph
         s.graph.replay()
+
+    def check(self) -> None:
+        """The decode's ``check()``: raise what its error record holds (a host sync)."""
+        self.decode.check()
+
+    def reset(self) -> None:
+        """The decode's ``reset()`` (collective for CP): the captured graphs stay valid, since
+        it re-arms the same buffers they address."""
+        self.decode.reset()
 
     def step(self, block_table: torch.Tensor, seq_lens: torch.Tensor, index_q: torch.Tensor) -> torch.Tensor:
         """One decode step of every layer; int32 ``[layers, b * q, heads, 16]`` (a view of

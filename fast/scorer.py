@@ -17,8 +17,10 @@ import triton
 
 from indexer_constants import PAGE_BYTES, SLOTS
 
+from . import checks
 from .backend import pdl_options, sm_count
 from .checks import score_shapes
+from .kernels.guards import ERR_WORDS
 from .kernels.scorer_table import score_kernel_table
 from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, partial_maxima, rows_for, score_kernel_wgmma
 from .kernels.scorer_wgmma import max_registers as wgmma_max_registers
@@ -32,6 +34,13 @@ KERNELS = ("wgmma", "table")
 def first_set(device: str) -> torch.Tensor:
     """int64 [1] zero: "read the tile itself" (cached: no allocation inside a graph capture)."""
     return torch.zeros(1, dtype=torch.int64, device=device)
+
+
+@functools.cache
+def no_record(device: str) -> torch.Tensor:
+    """An error record no one reads: the kernels' operand where the caller passed none
+    (cached: no allocation inside a graph capture)."""
+    return torch.zeros(ERR_WORDS, dtype=torch.int32, device=device)
 
 
 @dataclass
@@ -62,11 +71,13 @@ def plan_scorer(
     prefetch: bool = False,
     release: bool = False,
     kernel: str | None = None,
+    error: torch.Tensor | None = None,
 ) -> ScorerLaunch | None:
     """``score_pages``' checks and its launch, not run (None: nothing to score). Arguments
     as ``score_pages``'."""
     batch, hs, width = score_shapes(q_tile, block_table, out)
     device = q_tile.device
+    checks.scorer_operands(k_cache, lens, batch, device)
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
@@ -77,12 +88,17 @@ def plan_scorer(
             raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, kernel={kernel!r})")
     if isinstance(first_slot, bool) or not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
         raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
+    if error is not None:
+        checks.error_record(error, device)
     if batch == 0 or width == 0:
         return None
     q_sel = first_set(str(device)) if q_sel is None else q_sel
+    record = error is not None
+    error = no_record(str(device)) if error is None else error
     live = (SLOTS - first_slot) * hs  # the rows scored
     pages = k_cache.view(-1, PAGE_BYTES)
-    rest = (block_table, lens, out, width, block_table.stride(0), out.stride(0), out.stride(1))
+    operands = (block_table, lens, out)
+    tail = (error, k_cache.shape[0], width, block_table.stride(0), out.stride(0), out.stride(1))
     head = (q_tile.view(torch.uint8), q_sel, q_set_stride)
     if kernel == "wgmma":
         rows = mma_rows(live)
@@ -93,6 +109,7 @@ def plan_scorer(
             PPP=ppp,
             ROWS=rows,
             PARTS=partial_maxima(rows, ppp),
+            RECORD=record,
             DEPTH=WGMMA_DEPTH,
             PREFETCH=prefetch,
             RELEASE=release,
@@ -103,13 +120,13 @@ def plan_scorer(
         if cap is not None:
             options["maxnreg"] = cap
         # pages also as int64 (16-byte code loads), and the per-scale magnitude tables
-        args = (*head, pages, pages.view(torch.int64), scale_tables(device), *rest)
+        args = (*head, pages, pages.view(torch.int64), scale_tables(device), *operands, *tail)
         return ScorerLaunch(score_kernel_wgmma, (batch, triton.cdiv(width, ppp)), args, options)
     # Under the interpreter each tensor op costs about the same whatever its size: score
     # many pages per op there. On a GPU one page per program keeps the tile in registers.
     v = 1 if device.type == "cuda" else 16
-    args = (*head, pages, *rest[:3], dequant_lut(str(device)), *rest[3:])
-    options = dict(HS=hs, SLOT0=first_slot, ROWS=rows_for(live), V=v, **pdl_options(pdl))
+    args = (*head, pages, *operands, dequant_lut(str(device)), *tail)
+    options = dict(HS=hs, SLOT0=first_slot, ROWS=rows_for(live), V=v, RECORD=record, **pdl_options(pdl))
     return ScorerLaunch(score_kernel_table, (batch, triton.cdiv(width, v)), args, options)
 
 
@@ -127,6 +144,7 @@ def score_pages(
     prefetch: bool = False,
     release: bool = False,
     kernel: str | None = None,
+    error: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Score pages by the contract of docs/DESIGN.md §4. Returns ``out``.
 
@@ -147,6 +165,11 @@ def score_pages(
     the scorer after its own wait, so that nothing earlier in the stream still writes them.
     release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
     kernel: "wgmma" (the GPU default) or "table" (the interpreter's; on a GPU to compare).
+
+    Every id read is checked against ``[0, N)`` on the device: a page outside it is never
+    loaded and its stored columns get NaN; with ``error`` (int32 [5], an error record as
+    the decodes keep: ``fast.errors``), the first such (request, column, id) is recorded
+    there for ``fast.errors.raise_recorded``.
     """
     launch = plan_scorer(
         q_tile,
@@ -161,6 +184,7 @@ def score_pages(
         prefetch=prefetch,
         release=release,
         kernel=kernel,
+        error=error,
     )
     if launch is not None:
         launch()

@@ -7,12 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import triton
 
 from indexer_constants import HEAD_DIM, MAX_PAGES, SLOTS, SUPPORTED_HEADS, TOPK
 
 from . import checks
 from .backend import pdl_options, resolve_device
 from .checks import MAX_REQS, check_int
+from .errors import new_record, raise_recorded
+from .kernels.guards import BOUND_WORDS, table_bounds_kernel
 from .kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from .scorer import score_pages
 from .select.policy import SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
@@ -36,6 +39,7 @@ class StockPlan:
     pages: int  # P = min(P_table, MAX_PAGES): the columns scored
     tile: torch.Tensor  # uint8 [B, 8, Hs, 128]: the step's queries in their slots
     scores: torch.Tensor  # fp32 [B, 8 * Hs, W]
+    bounds: torch.Tensor  # int32 [B, 4]: each request's id bounds (kernels.guards.row_id_bounds)
 
 
 class StockDecode:
@@ -61,6 +65,7 @@ class StockDecode:
         self.width = 0  # score columns, fixed by the first plan
         self.shape: SelectShape | None = None
         self._plans: dict[int, StockPlan] = {}
+        self.error = new_record(self.device)  # int32 [5]: word 0 unused here, then the first bad input
         # the split select's slice keys and per-(row, head) counts (zero between calls)
         self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
@@ -71,7 +76,8 @@ class StockDecode:
 
     def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor) -> StockPlan:
         """This step's plan. block_table: int32 [B, P_table]; seq_lens: int32 [B]. The
-        table may be narrower than the first plan's, never wider. No host sync."""
+        table may be narrower than the first plan's, never wider. No host sync: each
+        request's id bounds are reduced on the device for forward's guards."""
         batch = checks.plan_inputs(block_table, seq_lens, self.max_reqs, self.device)
         pages = min(block_table.shape[1], MAX_PAGES)
         if self.width == 0:
@@ -82,8 +88,18 @@ class StockDecode:
         if p is None:
             tile = torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
             scores = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
-            p = self._plans[batch] = StockPlan(batch, block_table, seq_lens, pages, tile, scores)
+            bounds = torch.empty(batch, BOUND_WORDS, dtype=torch.int32, device=self.device)
+            p = self._plans[batch] = StockPlan(batch, block_table, seq_lens, pages, tile, scores, bounds)
         p.block_table, p.seq_lens, p.pages = block_table, seq_lens, pages
+        if batch:
+            table_bounds_kernel[(batch,)](
+                block_table,
+                seq_lens,
+                p.bounds,
+                pages,
+                block_table.stride(0),
+                BLOCK=min(1024, triton.next_power_of_2(pages)),
+            )
         return p
 
     def forward(
@@ -98,7 +114,9 @@ class StockDecode:
     ) -> torch.Tensor:
         """One layer's stock decode. index_q: float8_e4m3fn [B * q, heads, 128]; k_cache:
         uint8 [N, 128, 72]; out: int32 [B * q, heads, 16]. Returns out. stage_times: as
-        ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select")."""
+        ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select").
+        Lengths and ids as ``IndexerDecodeCP.forward``: padding (0) and bad requests get
+        sixteen -1 per row, and ``check()`` names the first bad one."""
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, self.heads, self.device)
         rows = plan.batch * query_len
         if rows == 0:
@@ -124,29 +142,42 @@ class StockDecode:
             first_slot=SLOTS - query_len,
         )
         clock.lap("score")
-        self._select(plan, out, query_len, split)
+        self._select(plan, out, query_len, split, k_cache.shape[0])
         clock.lap("select")
         clock.done()
         return out
 
     def check(self) -> None:
-        """Nothing of the stock path waits on a peer: no device error to report."""
+        """Raise BadBlockIdError / BadLengthError for the first bad input a forward saw
+        (``fast.errors``; a host sync). Nothing of the stock path waits on a peer. The record
+        stays set until ``reset()``."""
+        raise_recorded(self.error)
+
+    def reset(self) -> None:
+        """Clear the error record (the stock path holds no other state between steps)."""
+        self.error.zero_()
 
     def _split(self, rows: int) -> tuple:
         """``plan_split`` of the top-16 over ``rows`` rows (batch x query_len)."""
         return plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
 
-    def select(self, plan: StockPlan, out: torch.Tensor, query_len: int) -> torch.Tensor:
+    def select(self, plan: StockPlan, out: torch.Tensor, query_len: int, *, num_blocks: int) -> torch.Tensor:
         """The top-16 stage alone, on the scores the plan's last forward left (forward runs
-        it; the benchmark times it by itself). out: int32 [B * q, heads, 16]."""
-        return self._select(plan, out, query_len, self._split(plan.batch * query_len))
+        it; the benchmark times it by itself). out: int32 [B * q, heads, 16]; num_blocks: N
+        of the cache scored (the guards' bound)."""
+        return self._select(plan, out, query_len, self._split(plan.batch * query_len), num_blocks)
 
-    def _select(self, plan: StockPlan, out: torch.Tensor, query_len: int, split_plan: tuple) -> torch.Tensor:
+    def _select(
+        self, plan: StockPlan, out: torch.Tensor, query_len: int, split_plan: tuple, num_blocks: int
+    ) -> torch.Tensor:
         split, columns, shape = split_plan
         scores = plan.scores
         stock_topk_kernel[(plan.batch * query_len, self.heads, split)](
             scores,
             plan.seq_lens,
+            plan.bounds,
+            num_blocks,
+            self.error,
             out,
             self._parts,
             self._counts,

@@ -45,6 +45,10 @@ class Symmetric:
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
         raise NotImplementedError
 
+    def barrier(self) -> None:
+        """Collective: return once this rank's device work is done and every rank got here."""
+        raise NotImplementedError
+
 
 class SingleRankSymmetric(Symmetric):
     """CP = 1 in one process (no process group): the buffer is its own only peer."""
@@ -55,6 +59,10 @@ class SingleRankSymmetric(Symmetric):
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
         local = torch.full((numel,), fill, dtype=dtype, device=self.device)
         return SymmetricTensor(local, torch.tensor([local.data_ptr()], dtype=torch.int64, device=self.device))
+
+    def barrier(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
 
 
 class ShmSymmetric(Symmetric):
@@ -90,6 +98,9 @@ class ShmSymmetric(Symmetric):
         os.unlink(mine)  # every rank has mapped it; the mappings outlive the name
         ptrs = torch.tensor([p.data_ptr() for p in peers], dtype=torch.int64)
         return SymmetricTensor(local, ptrs, peers)
+
+    def barrier(self) -> None:
+        dist.barrier(group=self.group)
 
 
 def p2p_problem(devices: list[int], can_access=None) -> str | None:
@@ -140,3 +151,7 @@ class CudaSymmetric(Symmetric):
         dist.barrier(group=self.group)
         ptrs = torch.tensor(list(handle.buffer_ptrs), dtype=torch.int64, device=self.device)
         return SymmetricTensor(local, ptrs, [handle])
+
+    def barrier(self) -> None:
+        torch.cuda.synchronize(self.device)
+        dist.barrier(group=self.group)

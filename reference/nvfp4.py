@@ -24,6 +24,8 @@ from indexer_constants import (
     SCALE_BYTES,
 )
 
+from .arguments import check_pages
+
 GROUPS_PER_TOKEN = HEAD_DIM // GROUP  # 8
 BYTES_PER_GROUP = GROUP // 2  # 8
 
@@ -114,6 +116,7 @@ def dequantize_nvfp4(pages: torch.Tensor) -> torch.Tensor:
     pages: uint8 ``[n, 128, 72]``. Returns float32 ``[n, 128 tokens, 128 dims]`` whose values
     are ``e4m3_round(e2m1(code) * scale)``: one rounding to E4M3 before any dot product.
     """
+    pages = check_pages("pages", pages)
     words = _pair_table(torch.int64).index_select(0, _byte_index(pages))
     return words.view(torch.float32).view(-1, PAGE, HEAD_DIM)
 
@@ -138,6 +141,8 @@ def quantize_nvfp4(keys: torch.Tensor) -> torch.Tensor:
     Per group of 16: ``scale = e4m3(max(amax, 1e-12) / 6)`` clamped to ``[2^-9, 448]``;
     ``code = round_half_even(x / scale)`` on the E2M1 ladder; zero is stored as +0.
     """
+    if not isinstance(keys, torch.Tensor):
+        raise TypeError(f"keys: expected a torch.Tensor, got {type(keys).__name__}")
     if keys.dim() != 3 or tuple(keys.shape[1:]) != (PAGE, HEAD_DIM):
         raise ValueError(f"keys: expected shape [N, {PAGE}, {HEAD_DIM}], got {list(keys.shape)}")
     if not keys.is_floating_point():

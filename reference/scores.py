@@ -6,6 +6,7 @@ import torch
 
 from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
 
+from .arguments import check_pages, check_tensor
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).
@@ -60,6 +61,11 @@ def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace) -> 
 def check_score_shapes(q_tile: torch.Tensor, block_table: torch.Tensor, out: torch.Tensor) -> tuple[int, int, int]:
     """The scorer's shapes: q_tile [B, 8, Hs, 128], block_table [B, W], out float32
     [B, 8 * Hs, W]. Returns (B, Hs, W); ValueError naming the argument otherwise."""
+    if not isinstance(q_tile, torch.Tensor) or q_tile.dim() != 4:
+        got = getattr(q_tile, "shape", q_tile)
+        raise ValueError(f"q_tile: expected a tensor [B, {SLOTS}, Hs, {HEAD_DIM}], got {got!r}")
+    check_tensor("block_table", block_table, torch.int32, 2)
+    check_tensor("out", out, torch.float32, 3)
     batch, slots, hs, dim = q_tile.shape
     if slots != SLOTS or dim != HEAD_DIM:
         raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
@@ -86,6 +92,11 @@ def score_pages(
     Only the table entries of computed columns are read; they must lie in ``[0, N)``.
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
+    check_tensor("q_tile", q_tile, torch.float8_e4m3fn, 4)
+    k_cache = check_pages("k_cache", k_cache, at_least=1)
+    check_tensor("lens", lens, torch.int32, 1)
+    if lens.shape[0] != batch:
+        raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
     n_scored = scored_pages(lens, width)
     own = stored_pages(lens).repeat_interleave(hs, dim=1)  # [B, 8 * Hs], per row
     num_blocks = k_cache.shape[0]
@@ -96,8 +107,12 @@ def score_pages(
         if n == 0:
             continue
         ids = block_table[b, :n].to(torch.int64)
-        if int(ids.min()) < 0 or int(ids.max()) >= num_blocks:
-            raise ValueError(f"block_table: request {b} reads a page id outside [0, {num_blocks})")
+        bad = (ids < 0) | (ids >= num_blocks)
+        if bool(bad.any()):
+            j = int(bad.nonzero()[0])
+            raise ValueError(
+                f"block_table: request {b}, column {j} holds block id {int(ids[j])}, outside [0, {num_blocks})"
+            )
         # A row whose query holds NaN (an unused tile slot: 0xFF bytes) scores NaN; skip
         # its dot products rather than pay for them.
         live = ~torch.isnan(q_all[b]).any(dim=1)

@@ -16,7 +16,10 @@ from indexer_constants import (
     SUPPORTED_HEADS,
 )
 
+from .arguments import check_int, check_tensor
 from .nvfp4 import split_pages
+
+__all__ = ["DecodeInputs", "check_cp", "check_decode_inputs", "check_int", "check_tensor"]
 
 
 @dataclass(frozen=True)
@@ -47,38 +50,17 @@ class DecodeInputs:
         return min(self.block_table.shape[1], MAX_PAGES)
 
 
-def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
-    """A torch.Tensor of this dtype and rank, or TypeError/ValueError naming the argument."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
-    if x.dim() != dims:
-        raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
-
-
 def _tensor(name: str, x, dtype: torch.dtype, dims: int) -> torch.Tensor:
     check_tensor(name, x, dtype, dims)
     return x.detach().cpu().contiguous()
-
-
-def check_int(name: str, value, allowed=None, low=None, high=None) -> int:
-    """Check a Python int argument (bools rejected); raise TypeError/ValueError naming it."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if allowed is not None and value not in allowed:
-        raise ValueError(f"{name}: must be one of {tuple(allowed)}, got {value}")
-    if low is not None and value < low or high is not None and value > high:
-        bound = f"in {low}..{high}" if high is not None else f">= {low}"
-        raise ValueError(f"{name}: must be {bound}, got {value}")
-    return value
 
 
 def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> DecodeInputs:
     """Check the decode inputs against docs/DESIGN.md §3 and return them on the CPU.
 
     Raises TypeError for wrong types/dtypes and ValueError for wrong shapes or values, each
-    naming the argument. Page ids are checked where they will be read: the first
+    naming the argument. A length is 0 (a padding request: nothing read, sixteen -1 per
+    row) or at least query_len. Page ids are checked where they will be read: the first
     ``min((seq_len - 1) // 128, P)`` entries of each request's row.
     """
     query_len = check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
@@ -105,8 +87,14 @@ def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> D
         raise ValueError("block_table: must have at least one column")
     if rows != batch * query_len:
         raise ValueError(f"index_q: expected {batch} * {query_len} = {batch * query_len} rows, got {rows}")
-    if batch and int(sl.min()) < query_len:
-        raise ValueError(f"seq_lens: every length must be >= query_len ({query_len}), got {int(sl.min())}")
+    # 0 is a padding request (its rows are sixteen -1); below query_len otherwise, a
+    # request would have queries before its first token.
+    invalid = (sl < query_len) & (sl != 0)
+    if bool(invalid.any()):
+        b = int(invalid.nonzero()[0])
+        raise ValueError(
+            f"seq_lens: request {b} has length {int(sl[b])}; a length is 0 (padding) or >= query_len ({query_len})"
+        )
     num_pages = min(bt.shape[1], MAX_PAGES)
     read = ((sl.to(torch.int64) - 1) // PAGE).clamp(0, num_pages)
     cols = torch.arange(bt.shape[1])

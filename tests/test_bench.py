@@ -252,7 +252,7 @@ def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times
 
     dev, heads, batch, q, columns = default_device(), bench.HEADS, 2, 4, 40
     decode, layer, plan = bench.push_case(dev, torch.Generator().manual_seed(1), columns, batch)
-    decode.push(layer, plan, q)
+    decode.push(layer, plan, q, num_blocks=1)
     rows = batch * q  # candidates: [rows_max, heads, 16] (parity 0, CP 1), row b * q + i
     got = (
         layer.recv.local[: batch * 8 * heads * 16]
@@ -266,7 +266,7 @@ def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times
     cols = torch.arange(scores.shape[-1])
     want = top_keys(exact_keys(scores, cols, cols < columns - 1), 16)
     assert torch.equal(got.reshape(-1, 16), want)
-    out = decode.merge(layer, plan, q, torch.empty(rows, heads, 16, dtype=torch.int32, device=dev))
+    out = decode.merge(layer, plan, q, torch.empty(rows, heads, 16, dtype=torch.int32, device=dev), num_blocks=1)
     own = torch.full((rows * heads,), columns - 1)  # every query's own page is the table's last
     assert torch.equal(out.cpu().reshape(-1, 16), select(scores, own, columns))
     assert (layer.recv.local == -1).all()  # re-armed

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from fast.cp import IndexerDecodeCP, PeerTimeoutError
+from fast.cp import IndexerDecodeCP
+from fast.errors import PeerTimeoutError
 from fast.kernels.cp import compact_table_kernel
 from fast.kernels.device import ERR_Q_TIMEOUT
 from fast.select.policy import QUEUED_PER_SM
@@ -23,28 +24,52 @@ from support import DEV, POISON, on
 EXACT = tuple(EXACT_PATTERNS)
 
 
+def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:
+    """int32 [B, 4]: (min id, its first column, max id, its first column) over the columns a
+    request reads, j < min((len - 1) // 128, P); (0, -1, 0, -1) where it reads none."""
+    rows = []
+    for b in range(seq.shape[0]):
+        n = min(max((int(seq[b]) - 1) // PAGE, 0), p) if int(seq[b]) >= 1 else 0
+        ids = table[b, :n].tolist()
+        if not ids:
+            rows.append([0, -1, 0, -1])
+        else:
+            rows.append([min(ids), ids.index(min(ids)), max(ids), ids.index(max(ids))])
+    return torch.tensor(rows, dtype=torch.int32)
+
+
 @given(
     cp=st.sampled_from([1, 2, 4, 8]),
-    lens=st.lists(st.integers(1, 40 * 128), min_size=1, max_size=4),
+    lens=st.lists(st.integers(-300, 40 * 128), min_size=1, max_size=4),
     p_table=st.integers(1, 45),
     extra=st.integers(0, 3),
+    ids=st.sampled_from(["distinct", "repeated", "out of range"]),
 )
-def test_compact_table_matches_reference_plan(cp, lens, p_table, extra):
-    table = torch.randperm(1000)[: len(lens) * p_table].view(len(lens), p_table).to(torch.int32)
+def test_compact_table_matches_reference_plan(cp, lens, p_table, extra, ids):
+    """The plan's compact table, lengths and page counts equal the reference's plan, and its
+    id bounds (the guards' input) are each request's extremes over every rank's columns."""
+    batch = len(lens)
+    table = torch.randperm(1000)[: batch * p_table].view(batch, p_table).to(torch.int32)
+    if ids == "repeated":
+        table = table % 3
+    elif ids == "out of range":
+        table = table - 500
     seq = torch.tensor(lens, dtype=torch.int32)
     p = min(p_table, 8192)
     width = reference.compact_width(p, cp) + extra
     for rank in range(cp):
-        cbt, n_local, score_lens = plan_rank(table, seq, p, width, cp, rank)
-        outs = [on(torch.full((len(lens), width), -7, dtype=torch.int32))] + [
-            on(torch.full((len(lens),), -7, dtype=torch.int32)) for _ in range(3)
+        cbt, n_local, score_lens = plan_rank(table, seq.clamp(min=0), p, width, cp, rank)
+        outs = [on(torch.full((batch, width), -7, dtype=torch.int32))] + [
+            on(torch.full((batch,), -7, dtype=torch.int32)) for _ in range(3)
         ]
-        compact_table_kernel[(len(lens),)](
-            on(table), on(seq), outs[0], outs[1], outs[2], outs[3], p, p_table, W=width, CP=cp, RANK=rank, BLOCK=16
+        bounds = on(torch.full((batch, 4), -7, dtype=torch.int32))
+        compact_table_kernel[(batch,)](
+            on(table), on(seq), *outs, bounds, p, p_table, W=width, CP=cp, RANK=rank, BLOCK=16
         )
         got_cbt, got_lens, got_seq, got_n = (o.cpu() for o in outs)
         assert torch.equal(got_cbt, cbt) and torch.equal(got_lens, score_lens)
         assert torch.equal(got_seq, seq) and torch.equal(got_n.long(), n_local)
+        assert torch.equal(bounds.cpu(), id_bounds(table, seq, p))
 
 
 @pytest.mark.parametrize("pages", [17, 2048, 4095, 8192])
@@ -126,7 +151,7 @@ def test_queued_wide_push_selects_in_two_levels(pattern, columns):
     if pattern == "ties":
         scores = scores.round().clamp(-1, 2)
     plan.scores.copy_(scores)
-    state.push(layer, plan, query_len)
+    state.push(layer, plan, query_len, num_blocks=1)
     torch.cuda.synchronize()
     got = layer.recv.local.view(2, 1, state.rows_max, heads, 16)[0, 0, : batch * query_len].cpu()
     own = own_pages(lens, query_len)  # [rows]
@@ -191,7 +216,7 @@ def test_a_step_after_a_timeout_outputs_only_minus_one():
     case = make_case(
         3, [seq_len_for(40, 5), seq_len_for(3, 0), seq_len_for(90, 1)], query_len=2, heads=2, pattern="exact"
     )
-    state = IndexerDecodeCP(heads=2, max_reqs=3, symm=SingleRankSymmetric(DEV), spin_limit=50)
+    state = IndexerDecodeCP(heads=2, max_reqs=3, symm=SingleRankSymmetric(DEV), spin_timeout_s=0.05)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     state.error.fill_(ERR_Q_TIMEOUT)

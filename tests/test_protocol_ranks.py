@@ -215,7 +215,8 @@ def test_missing_peer_is_reported_not_a_hang():
 
 
 def _missing_peer(ctx, case):
-    return decode_on_rank(ctx, case, "cp", spin_limit=300 if ctx.backend == "cpu" else None, skip_forward=ctx.rank == 1)
+    bound = 0.5 if ctx.backend == "cpu" else None
+    return decode_on_rank(ctx, case, "cp", spin_timeout_s=bound, skip_forward=ctx.rank == 1)
 
 
 def test_rendezvous_waits_for_the_last_rank():

@@ -17,7 +17,8 @@ programs can each store the flipped parity (the same value) as they finish, with
 of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
 for the merge.
 
-Every spin is bounded by ``spin_limit`` polls; on timeout it sets the process's error flag,
+Every spin is bounded in time (``timeout_ns`` on the GPU's global timer, or the host's clock
+under the interpreter); on timeout it sets the protocol word of the process's error record,
 later kernels write -1 rows, and the host raises in ``check()``.
 
 Only requests with a long row (``len > 16 * 128``: the last query's own page is >= 16) are
@@ -44,7 +45,17 @@ from ..select.levels import (
     value_keys,
     warp_groups_top16,
 )
-from .device import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT, has_ff_byte, pdl_release, pdl_wait, peer_ptr
+from .device import (
+    ERR_MERGE_TIMEOUT,
+    ERR_Q_TIMEOUT,
+    clock_ns,
+    deadline_ns,
+    has_ff_byte,
+    pdl_release,
+    pdl_wait,
+    peer_ptr,
+)
+from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
@@ -52,6 +63,7 @@ _TOPK = tl.constexpr(TOPK)
 _WORDS = tl.constexpr(32)  # int32 words per 128-byte query row
 _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
+_BOUND_WORDS = tl.constexpr(BOUND_WORDS)
 # A request is long (exchanged and scored) when its length exceeds this.
 _LONG_LEN = tl.constexpr(TOPK * PAGE)
 # The merge's warps: with one, its poll's block holds one copy of each key (merge_kernel).
@@ -67,6 +79,7 @@ def compact_table_kernel(
     score_lens_ptr,  # int32 [B] out: n_local * 128 + 8 (0 for a request with no long row)
     seq_out_ptr,  # int32 [B] out: the real lengths, in a buffer stable across steps
     n_local_ptr,  # int32 [B] out: pages this rank scores (the local top-16's bound)
+    bounds_ptr,  # int32 [B, 4] out: guards.row_id_bounds of every column the decode reads
     P,
     stride_bt,
     W: tl.constexpr,
@@ -77,11 +90,16 @@ def compact_table_kernel(
     """The length is a deliberate lie: n_local * 128 + 8 puts all 8 slots one page past the
     chunk, so the scorer stores every owned page for every slot. W - 1 >= n_local keeps that
     invented page addressable. The real causal cut comes back in the push. A request whose
-    rows are all short gets length 0: nothing scored, nothing read."""
+    rows are all short gets length 0: nothing scored, nothing read.
+
+    The id bounds span the columns of every rank, not only this rank's: every rank then
+    judges a request alike (``guards.request_verdict``), and a request with a bad id is
+    skipped by every rank's push and merge, so no owner waits for a push that never comes."""
     b = tl.program_id(0)
     seq = tl.load(seq_lens_ptr + b)
     tl.store(seq_out_ptr + b, seq)
-    hist = tl.where(seq >= 1, tl.minimum((seq - 1) // _PAGE, P), 0)
+    hist = read_pages(seq, P)
+    row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * _BOUND_WORDS, hist, BLOCK)
     n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)
     tl.store(n_local_ptr + b, n_local)
     tl.store(score_lens_ptr + b, tl.where(seq > _LONG_LEN, n_local * _PAGE + _SLOTS, 0))
@@ -99,9 +117,9 @@ def q_exchange_kernel(
     tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
     parity_ptr,  # int64 [1]
     current_ptr,  # int64 [1] out: the parity, for the step's later kernels
-    err_ptr,  # int32 [1]
+    err_ptr,  # int32 [5]: the error record (word 0: the protocol's)
     set_words,
-    spin_limit,
+    timeout_ns,
     H: tl.constexpr,
     HR: tl.constexpr,
     R: tl.constexpr,
@@ -109,6 +127,7 @@ def q_exchange_kernel(
     CP: tl.constexpr,
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
+    WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
 ):
     """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
@@ -148,10 +167,9 @@ def q_exchange_kernel(
         )  # [CP, HR, 32 / R]
         tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, _WORDS // R]))
         pending = has_ff_byte(tl.load(local, volatile=True))
-        spins = 0
-        while pending & (spins < spin_limit):
+        deadline = deadline_ns(timeout_ns, WALL)
+        while pending & (clock_ns(WALL) < deadline):
             pending = has_ff_byte(tl.load(local, volatile=True))
-            spins += 1
         if pending:
             tl.store(err_ptr, _ERR_Q)
 
@@ -161,9 +179,11 @@ def push_kernel(
     score_ptr,  # fp32 [B, 8 * H, W] compact scores (row slot * H + head)
     seq_lens_ptr,  # int32 [B]
     n_local_ptr,  # int32 [B]
+    bounds_ptr,  # int32 [B, 4]: the plan's id bounds
+    num_blocks,  # N: the cache's blocks
     recv_ptrs,  # int64 [CP]: every rank's candidates, 2 sets of [CP, rows_max, HR, 16] int64
     current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
-    err_ptr,  # int32 [1]
+    err_ptr,  # int32 [5]: the error record (word 0: the protocol's)
     part_ptr,  # int64 [rows * H * SPLIT, 16]: the slices' top 16 (SPLIT > 1), or a row's group keys (warp select)
     count_ptr,  # int32 [rows * H]: slices done (0 between calls)
     rows_max,
@@ -208,7 +228,9 @@ def push_kernel(
     # release_select), what no kernel of the step writes: the lengths, and the addresses of
     # the head's R owners' candidates (ranks owners .. owners + R - 1).
     n_local = tl.load(n_local_ptr + b)
-    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // _PAGE
+    seq = tl.load(seq_lens_ptr + b)
+    own = (seq - QLEN + i) // _PAGE
+    verdict, _, _ = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     owner0 = (h // HR) * R
     owners = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)  # [R]
     pdl_wait(PDL)
@@ -227,7 +249,9 @@ def push_kernel(
     else:
         chunk = 0.0  # a longer slice reads its columns level by level (row_top16)
     healthy = tl.load(err_ptr, volatile=True) == 0
-    if own + 1 > _TOPK:
+    # A request with a bad id or length pushes nothing: every rank's merge writes its rows
+    # -1 without waiting (every rank reaches the same verdict).
+    if (own + 1 > _TOPK) & (verdict == 0):
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
@@ -310,22 +334,25 @@ def _push_warp_top16(
 @triton.jit
 def merge_kernel(
     seq_lens_ptr,  # int32 [B]
+    bounds_ptr,  # int32 [B, 4]: the plan's id bounds
+    num_blocks,  # N: the cache's blocks
     recv_ptrs,  # int64 [CP]
     tile_ptrs,  # int64 [CP]
     current_ptr,  # int64 [1]: the step's buffer set (the exchange's copy of the parity)
     parity_ptr,  # int64 [1] out: the set of the layer's next long step
-    err_ptr,  # int32 [1]
+    err_ptr,  # int32 [5]: the error record (word 0: the protocol's)
     out_ptr,  # int32 [rows, HR, 16]
     rows_max,
     set_elems,
     set_words,
-    spin_limit,
+    timeout_ns,
     H: tl.constexpr,
     HR: tl.constexpr,
     CP: tl.constexpr,
     RANK: tl.constexpr,
     QLEN: tl.constexpr,
     SORT: tl.constexpr,
+    WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
@@ -337,7 +364,11 @@ def merge_kernel(
     this grid). Launched once every push program has started, so polling never blocks a
     push.
 
-    A row whose program finds the error flag set (by an earlier kernel, another program's
+    A row of a padding request (length 0) is sixteen -1; so is a row of a request with a
+    bad length or block id (``guards.request_verdict``), which is also recorded in the
+    error record and pushed by no rank, so it waits for nothing.
+
+    A row whose program finds the protocol's error flag set (by an earlier kernel, another program's
     timeout or its own) is written -1, short rows included: after a timeout the buffers may
     hold stale keys, and the flag stays set until the host rebuilds the state. A row merged
     before another program's timeout set the flag keeps its output, which is exact (its
@@ -361,7 +392,14 @@ def merge_kernel(
     # block and reduces it to one verdict.
     flag = tl.load(err_ptr + tl.zeros([HR, CP * _TOPK], tl.int32), volatile=True)
     failed = tl.max(tl.max(flag, axis=1), axis=0) != 0
-    if own + 1 <= _TOPK:
+    verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
+    dead = (seq < QLEN) | (verdict != 0)
+    if dead:
+        if i == 0:
+            record_input(err_ptr, verdict, b, column, value)
+        for hl in tl.static_range(HR):
+            tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.full([_TOPK], -1, tl.int32))
+    elif own + 1 <= _TOPK:
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.where(failed, -1, short_row(k, own)))
     else:
@@ -372,11 +410,10 @@ def merge_kernel(
         keys = tl.load(recv + off, volatile=True)
         pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
         # An error already raised on this rank: its peers will time out, do not wait.
-        spins = tl.where(failed, spin_limit, 0)
-        while pending & (spins < spin_limit):
+        deadline = tl.where(failed, 0, deadline_ns(timeout_ns, WALL))
+        while pending & (clock_ns(WALL) < deadline):
             keys = tl.load(recv + off, volatile=True)
             pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
-            spins += 1
         # The program is MERGE_WARPS warps (one): a block of at least 32 keys holds each key
         # in one thread, so the keys the poll's verdict read are the keys selected. Where a
         # key has two copies (fewer keys than threads: CP = 1 with one head, or more warps)
@@ -397,7 +434,7 @@ def merge_kernel(
             tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
     if seq > _LONG_LEN:  # only long requests were exchanged: the step used its buffer set
-        if own + 1 <= _TOPK:
+        if dead | (own + 1 <= _TOPK):
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
         hw = tl.arange(0, H * _WORDS)
         tile = (

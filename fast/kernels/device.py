@@ -2,12 +2,41 @@
 unwritten-query test, and the codes of a process's device error word. Each runs on a GPU
 and under the interpreter (PDL compiled out there)."""
 
+import time
+
 import triton
 import triton.language as tl
 
-# Device error codes (an int32 word per process; the host reads it in check()).
+
+def _host_ns(**_):
+    """The host's monotonic nanoseconds: the interpreter runs kernels as Python and calls this
+    at every poll. A GPU compile never reaches it (``clock_ns`` takes it only with WALL); the
+    marker below keeps Triton's scan of a kernel's globals from refusing a plain function."""
+    return time.monotonic_ns()
+
+
+_host_ns.__triton_builtin__ = True
+
+
+# The protocol word's codes (word 0 of a process's error record, ``guards``; check() reads it).
 ERR_Q_TIMEOUT = 1  # the q exchange never completed: a peer's query never arrived
 ERR_MERGE_TIMEOUT = 2  # a peer's candidates never arrived
+
+
+@triton.jit
+def clock_ns(WALL: tl.constexpr):
+    """Nanoseconds on a clock every program of a grid shares, for spins bounded in time:
+    the GPU's global timer, or with WALL (the interpreter) the host's monotonic clock."""
+    if WALL:
+        return tl.full([], _host_ns(), tl.int64)
+    else:
+        return tl.extra.cuda.globaltimer()
+
+
+@triton.jit
+def deadline_ns(timeout_ns, WALL: tl.constexpr):
+    """``clock_ns`` ``timeout_ns`` from now (int64: a GPU clock reads ~2^60)."""
+    return clock_ns(WALL) + timeout_ns.to(tl.int64)
 
 
 @triton.jit

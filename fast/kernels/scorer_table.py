@@ -9,10 +9,12 @@ import triton.language as tl
 from indexer_constants import CODE_BYTES, PAGE_BYTES
 
 from .device import pdl_wait
+from .guards import BAD_BLOCK, record_input
 from .score_rows import pages_scored, query_rows
 
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
 _CODE_BYTES = tl.constexpr(CODE_BYTES)
+_BAD_BLOCK = tl.constexpr(BAD_BLOCK)
 
 
 @triton.jit
@@ -25,6 +27,8 @@ def score_kernel_table(
     lens_ptr,  # int32 [B]
     out_ptr,  # fp32 [B, 8 * HS, W]
     lut_ptr,  # fp16 [256 * 16]
+    err_ptr,  # int32 [5]: the error record (RECORD)
+    num_blocks,  # N: ids outside [0, N) are never loaded
     W,
     stride_bt,
     stride_ob,
@@ -33,8 +37,11 @@ def score_kernel_table(
     SLOT0: tl.constexpr,  # the first slot scored
     ROWS: tl.constexpr,  # rows_for((8 - SLOT0) * HS): the rows scored, padded (the MMA's N)
     V: tl.constexpr,  # pages per program, as a leading tensor dimension
+    RECORD: tl.constexpr,  # record a bad id in err_ptr's record
     PDL: tl.constexpr,
 ):
+    """Pages ``first .. first + V - 1`` of request program_id(0); a page whose id lies
+    outside ``[0, num_blocks)`` is not loaded and its column gets NaN."""
     b = tl.program_id(0)
     first = tl.program_id(1) * V
     pdl_wait(PDL)
@@ -45,8 +52,10 @@ def score_kernel_table(
         v = tl.arange(0, V)
         j = first + v  # [V] page columns
         live = j < n
-        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j, mask=live, other=0).to(tl.int64)
-        base = k_ptr + page * _PAGE_BYTES  # [V]
+        page = tl.load(bt_ptr + b.to(tl.int64) * stride_bt + j, mask=live, other=0)
+        bad = live & ((page < 0) | (page >= num_blocks))
+        live = live & ~bad
+        base = k_ptr + tl.where(live, page, 0).to(tl.int64) * _PAGE_BYTES  # [V]
         t = tl.arange(0, 128)
         i = tl.arange(0, 64)
         byte = t[:, None] * 64 + i[None, :]  # [128 tokens, 64 code bytes]
@@ -58,6 +67,11 @@ def score_kernel_table(
         k = tl.reshape(tl.join(lo, hi), [V, 128, 128])  # element 2i: low nibble, 2i + 1: high
         dots = tl.dot(k, qt, out_dtype=tl.float32)  # [V, 128 tokens, ROWS]
         best = tl.max(dots, axis=1) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
+        best = tl.where(bad[:, None], float("nan"), best)
+        if RECORD:
+            column = tl.min(tl.where(bad, j, 2**31 - 1), axis=0)
+            value = tl.min(tl.where(bad & (j == column), page, 2**31 - 1), axis=0)
+            record_input(err_ptr, tl.where(column < 2**31 - 1, _BAD_BLOCK, 0), b, column, value)
         dst = out_ptr + b.to(tl.int64) * stride_ob + r[None, :] * stride_or + j[:, None]
-        keep = live[:, None] & (r[None, :] < 8 * HS) & (j[:, None] < own[None, :])
+        keep = (live | bad)[:, None] & (r[None, :] < 8 * HS) & (j[:, None] < own[None, :])
         tl.store(dst, best, mask=keep)

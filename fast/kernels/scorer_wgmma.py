@@ -46,10 +46,13 @@ from triton.runtime.jit import constexpr_function
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from .dequant_prmt import GROUP_ASM_TABLED
+from .guards import BAD_BLOCK, ERR_INPUT
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
+_ERR_INPUT = gl.constexpr(ERR_INPUT)
+_BAD_BLOCK = gl.constexpr(BAD_BLOCK)
 # Most pages per program, and 64-token blocks loaded ahead of the one decoded.
 WGMMA_PAGES = 8
 WGMMA_DEPTH = 2
@@ -164,17 +167,20 @@ def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
 
 
 @gluon.jit
-def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, blk, blocks, MASKED: gl.constexpr):
+def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, blk, blocks, MASKED: gl.constexpr):
     """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
-    blk // 2); past the program's blocks or the row's n pages, zeros (MASKED) or the
-    cache's page 0 (valid memory whenever a row has pages; such scores are never stored).
+    blk // 2); past the program's blocks or the row's n pages, or where the page's id lies
+    outside ``[0, num_blocks)``, zeros (MASKED) or the cache's page 0 (valid memory whenever
+    a row has pages; such scores are never stored, or stored as NaN for a bad id).
 
     A masked load's registers are zeroed first (8 `CS2R` a page), which the mma.sync kernel
     (N = 8) avoids by loading page 0 instead; the wgmma kernel keeps the masks, which did not
     cost it overall."""
     j = first + blk // 2
     live = (blk < blocks) & (j < n)
-    page = gl.load(bt_row + j, mask=live, other=0).to(gl.int64)
+    page = gl.load(bt_row + j, mask=live, other=0)
+    live = live & (page >= 0) & (page < num_blocks)  # the guard: one compare a page
+    page = gl.where(live, page, 0).to(gl.int64)
     return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64, MASKED)
 
 
@@ -240,6 +246,7 @@ def _block(
     bt_row,
     first,
     n,
+    num_blocks,
     i,
     h: gl.constexpr,
     c0,
@@ -262,7 +269,7 @@ def _block(
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
     page's maxima folded (``_page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
-    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
+    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
     if LOADS_ONLY:
         fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
     else:
@@ -287,10 +294,12 @@ def score_kernel_wgmma(
     bt_ptr,
     lens_ptr,
     out_ptr,
+    err_ptr,  # int32 [5]: the error record (RECORD)
+    num_blocks,  # N: ids outside [0, N) are never loaded; their columns get NaN
     W,
     stride_bt,
     stride_ob,
-    stride_or,  # as scorer._score_kernel
+    stride_or,  # as score_kernel_table's
     HS: gl.constexpr,
     SLOT0: gl.constexpr,  # the first slot scored: rows SLOT0 * HS .. 8 * HS - 1 (the step's queries)
     ROWS: gl.constexpr,  # mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
@@ -300,6 +309,7 @@ def score_kernel_wgmma(
     PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
     PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP)
+    RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
@@ -336,9 +346,9 @@ def score_kernel_wgmma(
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 0, PPP * 2, ROWS != 8)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8)
         if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, 1, PPP * 2, ROWS != 8)
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8)
         else:
             c1, s1 = c0, s0
         if PDL:
@@ -381,6 +391,7 @@ def score_kernel_wgmma(
                         bt_row,
                         first,
                         n,
+                        num_blocks,
                         i,
                         h,
                         c0,
@@ -409,6 +420,7 @@ def score_kernel_wgmma(
                         bt_row,
                         first,
                         n,
+                        num_blocks,
                         i,
                         h,
                         c0,
@@ -457,5 +469,19 @@ def score_kernel_wgmma(
         v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
         # +0.0: an all-zero sum is +0.0
         best = gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
+        # The guard's epilogue: a page whose id is outside the cache was never loaded; its
+        # column gets NaN (not a score), and the record names the first such column.
+        live = (j < n) & (page < PPP)
+        ids = gl.load(bt_row + j, mask=live, other=0)
+        bad = live & ((ids < 0) | (ids >= num_blocks))
+        best = gl.where(bad[:, None], float("nan"), best)
+        if RECORD:
+            column = gl.min(gl.where(bad, j, 2**31 - 1), axis=0)
+            if column < 2**31 - 1:
+                value = gl.min(gl.where(j == column, ids, 2**31 - 1), axis=0)
+                if gl.atomic_cas(err_ptr + _ERR_INPUT, 0, _BAD_BLOCK) == 0:
+                    gl.store(err_ptr + _ERR_INPUT + 1, b)
+                    gl.store(err_ptr + _ERR_INPUT + 2, column)
+                    gl.store(err_ptr + _ERR_INPUT + 3, value)
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         gl.store(out_row[None, :] + j[:, None], best, mask=keep)

@@ -8,6 +8,7 @@ from indexer_constants import SLOTS, TOPK
 
 from ..select.levels import KEY_STOCK, RANKED, fmaf, keys_to_pages, row_top16, short_row
 from .device import pdl_release, pdl_wait
+from .guards import record_input, request_verdict
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -43,6 +44,9 @@ def _min_max(lo_a, hi_a, lo_b, hi_b):
 def stock_topk_kernel(
     score_ptr,  # fp32 [B, 8 * HS, W]
     seq_lens_ptr,  # int32 [B]
+    bounds_ptr,  # int32 [B, 4]: the plan's id bounds
+    num_blocks,  # N: the cache's blocks
+    err_ptr,  # int32 [5]: the error record
     out_ptr,  # int32 [rows, HS, 16]
     part_ptr,  # int64 scratch, read as uint32 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
     count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
@@ -61,7 +65,9 @@ def stock_topk_kernel(
     SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15.
+    """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15;
+    sixteen -1 for a padding request (length 0) and for a request with a bad length or id
+    (``guards.request_verdict``), which is recorded in the error record.
 
     With SPLIT > 1 (few rows: one program per row would leave the GPU idle while it runs
     three dependent selects) slice s of the row, columns [s * W / SPLIT, (s + 1) * W /
@@ -92,10 +98,17 @@ def stock_topk_kernel(
         mine = tl.load(row_ptr + cols, mask=cols < P, other=0.0)
     else:
         mine = row
-    own = (tl.load(seq_lens_ptr + b) - QLEN + i) // 128
+    seq = tl.load(seq_lens_ptr + b)
+    own = (seq - QLEN + i) // 128
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
-    if own + 1 <= _TOPK:
+    verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
+    if (seq < QLEN) | (verdict != 0):
+        if s == 0:
+            if (i == 0) & (h == 0):
+                record_input(err_ptr, verdict, b, column, value)
+            tl.store(dst, tl.full([_TOPK], -1, tl.int32))
+    elif own + 1 <= _TOPK:
         if s == 0:
             tl.store(dst, short_row(k, own))
     else:

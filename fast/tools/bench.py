@@ -238,7 +238,7 @@ def select_section(device, gen) -> list[dict]:
             plan = decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
             plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
             out = torch.empty(batch, 2, 16, dtype=torch.int32, device=device)
-            us = graph_time_us(lambda _: decode.select(plan, out, 1), 8)
+            us = graph_time_us(lambda _: decode.select(plan, out, 1, num_blocks=1), 8)  # a table of page 0
             rows.append(
                 {"pages": pages, "batch": batch, "heads": 2, "split": s, "default": s == split, "pdl": pdl, "us": us}
             )
@@ -281,14 +281,14 @@ def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[d
         out = torch.empty(batch * q, HEADS, TOPK, dtype=torch.int32, device=device)
 
         def push_then_merge(d, layer, plan):
-            d.push(layer, plan, q)
-            d.merge(layer, plan, q, out)
+            d.push(layer, plan, q, num_blocks=1)  # push_case's table is all page 0
+            d.merge(layer, plan, q, out, num_blocks=1)
 
-        push_us = timer(lambda _: decode.push(layer, plan, q), 8)
+        push_us = timer(lambda _: decode.push(layer, plan, q, num_blocks=1), 8)
         layer.recv.local.fill_(-1)  # the push alone leaves its keys: the merge re-arms them
         pair_us = timer(lambda _: push_then_merge(decode, layer, plan), 8)
         pdl_decode, pdl_layer, pdl_plan = push_case(device, gen, columns, batch, pdl=True)
-        pdl_us = timer(lambda _: pdl_decode.push(pdl_layer, pdl_plan, q), 8)
+        pdl_us = timer(lambda _: pdl_decode.push(pdl_layer, pdl_plan, q, num_blocks=1), 8)
         pdl_layer.recv.local.fill_(-1)
         pdl_pair_us = timer(lambda _: push_then_merge(pdl_decode, pdl_layer, pdl_plan), 8)
         rows.append(

@@ -136,14 +136,14 @@ def cp_stage_layers(caches, decode, cp_layers, s, query_len: int) -> None:
     (the caches only count the layers), on the scores the CP graphs left in ``s.plan``:
     the CP overhead by stage (the benchmark's ``cp_stages_us``), steady where the layer
     less its scorer swings by more than the overhead (1M). Every rank runs it alike."""
-    for i in range(len(caches)):
+    for i, cache in enumerate(caches):
         decode.exchange(cp_layers[i], s.plan, s.index_q[i], query_len)
-        decode.push(cp_layers[i], s.plan, query_len)
-        decode.merge(cp_layers[i], s.plan, query_len, s.out[i])
+        decode.push(cp_layers[i], s.plan, query_len, num_blocks=cache.shape[0])
+        decode.merge(cp_layers[i], s.plan, query_len, s.out[i], num_blocks=cache.shape[0])
 
 
 def _select_layers(caches, decode, plan, out, query_len: int) -> None:
     """The stock top-16 stage once per layer cache (the benchmark's top-16-alone graphs; it
     reads the scores, not the caches)."""
-    for _ in caches:
-        decode.select(plan, out, query_len)
+    for cache in caches:
+        decode.select(plan, out, query_len, num_blocks=cache.shape[0])

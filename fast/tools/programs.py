@@ -23,7 +23,7 @@ def decode_on_rank(
     path: str,
     *,
     steps: int = 1,
-    spin_limit: int | None = None,
+    spin_timeout_s: float | None = None,
     max_chunk: int | None = None,
     split: int | None = None,
     skip_forward: bool = False,
@@ -65,14 +65,14 @@ def decode_on_rank(
             symm=ctx.symm,
             world=ctx.world,
             symm_reason=ctx.symm_reason,
-            spin_limit=spin_limit,
+            spin_timeout_s=spin_timeout_s,
             pdl=pdl,
             **extra,
         )
         path = "stock" if state is None else "cp"
     if path == "cp":
         state = state or IndexerDecodeCP(
-            heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_limit=spin_limit, pdl=pdl, **extra
+            heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl, **extra
         )
     else:
         state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)

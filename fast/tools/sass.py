@@ -23,6 +23,7 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from ..kernels.guards import table_bounds_kernel
 from ..kernels.scorer_prmt import score_kernel_prmt
 from ..kernels.scorer_wgmma import (
     WGMMA_DEPTH,
@@ -47,6 +48,8 @@ _SIGNATURE = {
     "bt_ptr": "*i32",
     "lens_ptr": "*i32",
     "out_ptr": "*fp32",
+    "err_ptr": "*i32",
+    "num_blocks": "i32",
     "W": "i32",
     "stride_bt": "i32",
     "stride_ob": "i32",
@@ -97,11 +100,12 @@ def scorer_sass(
             "PREFETCH": pdl,
             "RELEASE": False,
             "PARTS": partial_maxima(rows, ppp),
+            "RECORD": False,
         }
         fields = list(_SIGNATURE.items())
         fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {
-            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS")
+            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD")
         }
         src = GluonASTSource(
             fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
@@ -111,7 +115,9 @@ def scorer_sass(
             options["maxnreg"] = cap  # as score_pages launches it
     else:
         constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
-        src = ASTSource(fn=score_kernel_prmt, signature=_SIGNATURE, constexprs=constexprs, attrs=_aligned(_SIGNATURE))
+        # a bench variant without the guard's operands
+        signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
+        src = ASTSource(fn=score_kernel_prmt, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(kernel.asm["cubin"])
@@ -146,27 +152,34 @@ def compile_kernels() -> list[str]:
             "q exchange",
             q_exchange_kernel,
             "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 current_ptr:*i64 err_ptr:*i32 set_words:i32 "
-            "spin_limit:i32",
-            cp | {"R": 1, "HEAD0": 2},
+            "timeout_ns:i64",
+            cp | {"R": 1, "HEAD0": 2, "WALL": False},
         ),
         (
             "merge",
             merge_kernel,
-            "seq_lens_ptr:*i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 parity_ptr:*i64 err_ptr:*i32 "
-            "out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 spin_limit:i32",
-            cp | {"SORT": True},
+            "seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 "
+            "parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 timeout_ns:i64",
+            cp | {"SORT": True, "WALL": False},
         ),
         (
             "compact table",
             compact_table_kernel,
-            "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 P:i32 "
-            "stride_bt:i32",
+            "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 "
+            "bounds_ptr:*i32 P:i32 stride_bt:i32",
             {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024},
         ),
         ("q to tile", q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
+        (
+            "table bounds",
+            table_bounds_kernel,
+            "bt_ptr:*i32 seq_lens_ptr:*i32 bounds_ptr:*i32 P:i32 stride_bt:i32",
+            {"BLOCK": 1024},
+        ),
     ]
     push_args = (
-        "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 recv_ptrs:*i64 current_ptr:*i64 err_ptr:*i32 "
+        "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 "
+        "current_ptr:*i64 err_ptr:*i32 "
         "part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 width:i32 stride_sb:i32 stride_sr:i32"
     )
     for split, chunk in ((1, 512), (4, 512), (1, 1024)):
@@ -184,8 +197,8 @@ def compile_kernels() -> list[str]:
             (
                 f"stock top-16 split={split} chunk={shape.chunk}",
                 stock_topk_kernel,
-                "score_ptr:*fp32 seq_lens_ptr:*i32 out_ptr:*i32 part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 "
-                "stride_sr:i32",
+                "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
+                "part_ptr:*i64 count_ptr:*i32 P:i32 stride_sb:i32 stride_sr:i32",
                 select | {"HS": 2, "QLEN": 2, "WIDTH": 1024, "EMULATE_FMA": False, "PDL": True},
             ),
             (f"push split={split} chunk={shape.chunk}", push_kernel, push_args, push),

@@ -1,0 +1,114 @@
+"""Device-side input guards (docs/DESIGN.md §7): what a host cannot check without a sync.
+
+A step's block ids and lengths live on the device. The plan reduces each request's table
+row to its id bounds (``row_id_bounds``: the smallest and the largest id among the columns
+the decode reads, with their columns); every later kernel that ranks or writes a request's
+rows compares those with the cache's block count (``request_verdict``) and, for a bad
+request, writes sixteen -1 per row and records the first bad input it saw in the
+process's error record (``record_input``). Every rank computes the same bounds from the same
+table, so every rank of a CP step reaches the same verdict and none waits for a push that a
+peer skipped. The scorer guards each page it loads as well (it is a public API of its own).
+
+The error record is int32 ``[ERR_WORDS]``: word ``ERR_PROTOCOL`` holds a spin's timeout code
+(the protocol's kernels read it), words ``ERR_INPUT`` .. ``ERR_INPUT + 3`` the first bad
+input: its code, request, column (-1 for a length) and value.
+"""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import PAGE
+
+ERR_WORDS = 5
+ERR_PROTOCOL = 0
+ERR_INPUT = 1
+BAD_BLOCK = 1  # a block id the decode would read lies outside [0, num_blocks)
+BAD_LENGTH = 2  # a length that is negative or in 1 .. query_len - 1 (0 is padding)
+BOUND_WORDS = 4  # per request: smallest id, its column, largest id, its column
+
+_PAGE = tl.constexpr(PAGE)
+_ERR_INPUT = tl.constexpr(ERR_INPUT)
+_BAD_BLOCK = tl.constexpr(BAD_BLOCK)
+_BAD_LENGTH = tl.constexpr(BAD_LENGTH)
+_BIG = tl.constexpr(2**31 - 1)
+
+
+@triton.jit
+def read_pages(seq, P):
+    """The table columns a request of length ``seq`` has read: min((seq - 1) // 128, P),
+    0 for seq < 1 (written without negative division: C and numpy round it differently)."""
+    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) - 1) // _PAGE, P), 0)
+
+
+@triton.jit
+def row_id_bounds(bt_row, bounds_row, n, BLOCK: tl.constexpr):
+    """Store (min id, its first column, max id, its first column) over columns ``j < n`` of
+    a table row (int32 pointers), or (0, -1, 0, -1) where n is 0: ids the decode never
+    reads are never judged."""
+    lo = tl.full([], _BIG, tl.int32)
+    hi = tl.full([], -_BIG - 1, tl.int32)
+    lo_col = tl.full([], -1, tl.int32)
+    hi_col = tl.full([], -1, tl.int32)
+    start = 0
+    while start < n:  # (a while, not a range: the interpreter cannot range over a loaded value)
+        j = start + tl.arange(0, BLOCK)
+        live = j < n
+        v = tl.load(bt_row + j, mask=live, other=0)
+        v_lo = tl.min(tl.where(live, v, _BIG), axis=0)
+        v_hi = tl.max(tl.where(live, v, -_BIG - 1), axis=0)
+        c_lo = tl.min(tl.where(live & (v == v_lo), j, _BIG), axis=0)
+        c_hi = tl.min(tl.where(live & (v == v_hi), j, _BIG), axis=0)
+        lo_col = tl.where(v_lo < lo, c_lo, lo_col)
+        hi_col = tl.where(v_hi > hi, c_hi, hi_col)
+        lo = tl.minimum(lo, v_lo)
+        hi = tl.maximum(hi, v_hi)
+        start += BLOCK
+    none = n <= 0
+    tl.store(bounds_row, tl.where(none, 0, lo))
+    tl.store(bounds_row + 1, tl.where(none, -1, lo_col))
+    tl.store(bounds_row + 2, tl.where(none, 0, hi))
+    tl.store(bounds_row + 3, tl.where(none, -1, hi_col))
+
+
+@triton.jit
+def table_bounds_kernel(
+    bt_ptr,  # int32 [B, P_table]
+    seq_lens_ptr,  # int32 [B]
+    bounds_ptr,  # int32 [B, 4] out: row_id_bounds of each request
+    P,
+    stride_bt,
+    BLOCK: tl.constexpr,
+):
+    """The stock plan's bounds: one program per request."""
+    b = tl.program_id(0)
+    n = read_pages(tl.load(seq_lens_ptr + b), P)
+    row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * 4, n, BLOCK)
+
+
+@triton.jit
+def request_verdict(bounds_ptr, b, seq, num_blocks, QLEN: tl.constexpr):
+    """(code, column, value) of request b: 0 if its rows may be ranked, BAD_LENGTH (column
+    -1, the length) or BAD_BLOCK (the column and id of its smallest or largest id, whichever
+    is outside ``[0, num_blocks)``). A padding request (seq 0) is (0, -1, 0); its rows are
+    dead all the same (``dead_rows``)."""
+    lo = tl.load(bounds_ptr + b * 4)
+    hi = tl.load(bounds_ptr + b * 4 + 2)
+    bad_len = (seq < 0) | ((seq > 0) & (seq < QLEN))
+    low_bad = lo < 0
+    bad_block = low_bad | (hi >= num_blocks)
+    code = tl.where(bad_len, _BAD_LENGTH, tl.where(bad_block, _BAD_BLOCK, 0))
+    column = tl.where(bad_len, -1, tl.where(low_bad, tl.load(bounds_ptr + b * 4 + 1), tl.load(bounds_ptr + b * 4 + 3)))
+    value = tl.where(bad_len, seq, tl.where(low_bad, lo, hi))
+    return code, column, value
+
+
+@triton.jit
+def record_input(err_ptr, code, request, column, value):
+    """Record a bad input in the error record unless one is already there (the first one
+    seen wins; later ones leave it)."""
+    if code != 0:
+        old = tl.atomic_cas(err_ptr + _ERR_INPUT, 0, code)
+        if old == 0:
+            tl.store(err_ptr + _ERR_INPUT + 1, request)
+            tl.store(err_ptr + _ERR_INPUT + 2, column)
+            tl.store(err_ptr + _ERR_INPUT + 3, value)
