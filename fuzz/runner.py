@@ -177,10 +177,12 @@ def parse_example(name: str, example_text: str | None):
     if isinstance(raw, list):  # (config, breakage): the inputs target's examples
         if len(raw) != 2 or not isinstance(raw[1], str):
             raise ValueError("example: a list example is [config, breakage name]")
-        from .targets import BREAKAGES
+        from .targets import BREAKAGES, DEVICE_BREAKAGES
 
-        if raw[1] not in BREAKAGES:
-            raise ValueError(f"example: unknown breakage {raw[1]!r} (one of {', '.join(sorted(BREAKAGES))})")
+        known = sorted(BREAKAGES) + sorted(DEVICE_BREAKAGES)
+
+        if raw[1] not in known:
+            raise ValueError(f"example: unknown breakage {raw[1]!r} (one of {', '.join(known)})")
         return _config(raw[0]), raw[1]
     return _config(raw)
 

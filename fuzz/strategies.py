@@ -48,11 +48,15 @@ class DecodeConfig:
 
 @st.composite
 def seq_lens(draw, query_len: int, max_pages: int, big: bool = False):
-    """Lengths biased to page boundaries and the 16-page switch; each >= query_len. With
-    ``big``, one request in ~20 sits at the 8192-page edge or past it (they cost seconds)."""
+    """Lengths biased to page boundaries and the 16-page switch; each >= query_len, or 0 (a
+    padding request, about one in eight). With ``big``, one request in ~20 sits at the
+    8192-page edge or past it (they cost seconds)."""
     batch = draw(st.integers(1, 3))
     out = []
     for _ in range(batch):
+        if draw(st.integers(0, 7)) == 0:
+            out.append(0)
+            continue
         if big and draw(st.integers(0, 19)) == 0:
             pages = draw(st.sampled_from(BIG_EDGE_PAGES))
         else:

@@ -168,25 +168,90 @@ BREAKAGES = {
 }
 
 
+def _reading_request(a: dict) -> int:
+    """Make request 0 read at least one table column (length >= 129 tokens); returns 0."""
+    a["seq_lens"][0] = max(int(a["seq_lens"][0]), PAGE + 1, a["query_len"])
+    return 0
+
+
+def _id_past_cache(a: dict) -> int:
+    b = _reading_request(a)
+    a["block_table"][b, 0] = a["k_cache"].shape[0] + 5
+    return b
+
+
+def _id_negative(a: dict) -> int:
+    b = _reading_request(a)
+    a["block_table"][b, 0] = -7
+    return b
+
+
+def _cache_short(a: dict) -> int:
+    """A cache smaller than the table refers to: one page, and request 0 reads page 1."""
+    b = _reading_request(a)
+    a["block_table"][b, 0] = 1
+    a["k_cache"] = a["k_cache"][:1].clone()
+    return b
+
+
+def _len_negative(a: dict) -> int:
+    a["seq_lens"][-1] = -5
+    return a["seq_lens"].shape[0] - 1
+
+
+def _len_below_query(a: dict) -> int:
+    a["seq_lens"][0] = a["query_len"] - 1 if a["query_len"] > 1 else -1
+    return 0
+
+
+# Bad values a host cannot see without a sync: the reference raises; the fast path writes
+# the request's rows -1 and check() raises (BadBlockIdError / BadLengthError, ValueErrors).
+DEVICE_BREAKAGES = {
+    "id-past-cache": ("block_table", _id_past_cache),
+    "id-negative": ("block_table", _id_negative),
+    "cache-short": ("block_table", _cache_short),
+    "len-negative": ("seq_lens", _len_negative),
+    "len-below-query-len": ("seq_lens", _len_below_query),
+}
+
+
+def _assert_named_is_bad(e, args: dict) -> None:
+    """The request, column and value check() names are bad in the step's inputs."""
+    seq = int(args["seq_lens"][e.request])
+    if e.argument == "seq_lens":
+        assert e.column == -1 and e.value == seq and (seq < 0 or 0 < seq < args["query_len"]), e
+    else:
+        read = min(max(seq - 1, 0) // PAGE, args["block_table"].shape[1]) if seq >= 1 else 0
+        assert 0 <= e.column < read, f"column {e.column} is not read by request {e.request} ({read} read)"
+        value = int(args["block_table"][e.request, e.column])
+        assert e.value == value and not 0 <= value < args["k_cache"].shape[0], e
+
+
 def inputs_examples():
-    return st.tuples(decode_configs(max_pages=40), st.sampled_from(sorted(BREAKAGES)))
+    return st.tuples(decode_configs(max_pages=40), st.sampled_from(sorted(BREAKAGES) + sorted(DEVICE_BREAKAGES)))
 
 
 def check_inputs(example, ctx: Context) -> None:
     """Bad host input raises the documented exception naming the argument, on every entry
     point (reference paths; the fast CP and stock plan + forward), never crashes or hangs."""
     from fast.cp import IndexerDecodeCP
+    from fast.errors import DecodeInputError
     from fast.stock import StockDecode
     from fast.symm import SingleRankSymmetric
 
     cfg, name = example
     if isinstance(cfg, dict):
         cfg = DecodeConfig(**cfg)
-    arg, exc, breakage = BREAKAGES[name]
+    on_device = name in DEVICE_BREAKAGES
+    if on_device:
+        arg, breakage = DEVICE_BREAKAGES[name]
+        exc = ValueError
+    else:
+        arg, exc, breakage = BREAKAGES[name]
     args = cfg.build().to_dict()
     args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
     batch, heads = args["seq_lens"].shape[0], args["index_q"].shape[1]
-    breakage(args)
+    bad_request = breakage(args)
     order = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
     calls = {
         "full": lambda: reference.full_decode(*(args[k] for k in order)),
@@ -200,6 +265,15 @@ def check_inputs(example, ctx: Context) -> None:
         plan = state.plan(args["block_table"].to(dev), args["seq_lens"].to(dev))
         out = torch.full((batch * cfg.query_len, heads, 16), -7, dtype=torch.int32, device=dev)
         state.forward(state.new_layer(), plan, args["index_q"].to(dev), args["k_cache"].to(dev), out, args["query_len"])
+        if on_device:
+            q = args["query_len"]
+            rows = out.cpu()[bad_request * q : (bad_request + 1) * q]
+            assert bool((rows == -1).all()), f"{name}: the bad request's rows are not all -1"
+            try:
+                state.check()
+            except DecodeInputError as e:
+                _assert_named_is_bad(e, args)
+                raise
 
     if name not in ("q-nan",):  # the fast path checks metadata only (no device sync)
         calls["fast-cp"] = lambda: fast(
