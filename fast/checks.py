@@ -121,3 +121,29 @@ def scorer_operands(k_cache, lens, batch: int, device: torch.device) -> None:
     _tensor("lens", lens, torch.int32, 1, device)
     if lens.shape[0] != batch:
         raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
+
+
+def state_operands(layer, plan, layer_type: type, plan_type: type, plans: dict) -> None:
+    """forward's layer and plan: of this decode's kinds, and the plan one this state made
+    (its latest for that batch size: a plan's buffers are the state's)."""
+    if not isinstance(layer, layer_type):
+        raise TypeError(f"layer: expected a {layer_type.__name__} from new_layer(), got {type(layer).__name__}")
+    if not isinstance(plan, plan_type):
+        raise TypeError(f"plan: expected a {plan_type.__name__} from plan(), got {type(plan).__name__}")
+    if plans.get(plan.batch) is not plan:
+        raise ValueError("plan: not made by this state's plan()")
+
+
+def spin_timeout(seconds) -> float:
+    """A spin's bound in seconds: a number in (0, 3600]."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:
+        raise ValueError(f"spin_timeout_s: seconds in (0, 3600], got {seconds!r}")
+    return float(seconds)
+
+
+def device_arg(device) -> torch.device:
+    """A device argument torch understands (a string, index or torch.device)."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(f"device: not a device ({device!r}: {e})") from None

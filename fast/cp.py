@@ -101,6 +101,8 @@ class IndexerDecodeCP:
         max_chunk: int = MAX_CHUNK,
         split: int | None = None,
     ):
+        if not isinstance(symm, Symmetric):
+            raise TypeError(f"symm: expected a fast.symm.Symmetric (the ranks' buffers), got {type(symm).__name__}")
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
         check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
@@ -113,13 +115,9 @@ class IndexerDecodeCP:
         self.device = symm.device
         self.max_reqs = max_reqs
         self.rows_max = max_reqs * SLOTS
-        self.timeout_s = DEFAULT_TIMEOUT_S[self.device.type] if spin_timeout_s is None else spin_timeout_s
-        if (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, (int, float))
-            or not (0 < self.timeout_s <= 3600)
-        ):
-            raise ValueError(f"spin_timeout_s: seconds in (0, 3600], got {spin_timeout_s!r}")
+        self.timeout_s = checks.spin_timeout(
+            DEFAULT_TIMEOUT_S[self.device.type] if spin_timeout_s is None else spin_timeout_s
+        )
         self._timeout_ns = int(self.timeout_s * 1e9)
         self._wall = self.device.type != "cuda"  # the interpreter's spins read the host clock
         self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
@@ -231,6 +229,7 @@ class IndexerDecodeCP:
         and the error record names it (``check()`` raises BadLengthError / BadBlockIdError).
         """
         hr = self.layout.heads_per_rank
+        checks.state_operands(layer, plan, CPLayer, CPPlan, self._plans)
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, hr, self.device)
         rows = plan.batch * query_len
         if rows == 0:

@@ -14,7 +14,9 @@ from typing import Protocol
 
 import torch
 
-from indexer_constants import HEAD_DIM, TOPK
+from indexer_constants import HEAD_DIM, MAX_QUERY_LEN, TOPK
+
+from .checks import check_int, check_tensor
 
 
 class Decode(Protocol):
@@ -72,6 +74,20 @@ class GraphedDecode:
         layers: int = 1,
         sizes: tuple[int, ...] = CAPTURE_SIZES,
     ):
+        for name in ("new_layer", "plan", "forward", "check", "reset", "local_heads", "device"):
+            if not hasattr(decode, name):
+                raise TypeError(f"decode: expected an IndexerDecodeCP or a StockDecode, got {type(decode).__name__}")
+        if decode.device.type != "cuda":
+            raise ValueError(f"decode: GraphedDecode replays CUDA graphs; its decode is on {decode.device}, not a GPU")
+        check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
+        check_int("table_width", table_width, low=1)
+        check_int("layers", layers, low=1)
+        if not isinstance(k_caches, (list, tuple)) or not k_caches:
+            raise ValueError("k_caches: expected a non-empty list of caches, one per layer (or fewer, reused)")
+        if not isinstance(sizes, (list, tuple)) or not sizes:
+            raise ValueError(f"sizes: expected a non-empty tuple of batch sizes, got {sizes!r}")
+        for size in sizes:
+            check_int("sizes", size, low=1, high=getattr(decode, "max_reqs", size))
         self.decode, self.heads, self.query_len, self.table_width = decode, decode.local_heads, query_len, table_width
         self.k_caches, self.layers, self.sizes = list(k_caches), layers, tuple(sorted(sizes))
         self.device = decode.device
@@ -102,7 +118,17 @@ class GraphedDecode:
         block_table: int32 [b, table_width]; seq_lens: int32 [b]; index_q: float8_e4m3fn
         [layers, b * q, heads, 128] (or [b * q, heads, 128], used by every layer).
         """
+        check_tensor("seq_lens", seq_lens, torch.int32, 1)
+        check_tensor("block_table", block_table, torch.int32, 2)
+        per_layer = isinstance(index_q, torch.Tensor) and index_q.dim() == 4
+        check_tensor("index_q", index_q, torch.float8_e4m3fn, 4 if per_layer else 3)
         b = seq_lens.shape[0]
+        rows = (b * self.query_len, self.heads, HEAD_DIM)
+        if tuple(index_q.shape[-3:]) != rows or (per_layer and index_q.shape[0] != self.layers):
+            raise ValueError(
+                f"index_q: expected [{self.layers}, {rows[0]}, {rows[1]}, {rows[2]}] or {list(rows)},"
+                f" got {list(index_q.shape)}"
+            )
         if block_table.shape != (b, self.table_width):
             raise ValueError(f"block_table: expected shape ({b}, {self.table_width}), got {tuple(block_table.shape)}")
         size = self.padded(b)
@@ -111,11 +137,10 @@ class GraphedDecode:
             s = self._static[size] = _Static(
                 size, self.query_len, self.heads, self.table_width, self.layers, self.device
             )
-        rows = b * self.query_len
         s.block_table[:b].copy_(block_table)
         s.seq_lens[:b].copy_(seq_lens)
         s.seq_lens[b:].zero_()
-        s.index_q[:, :rows].copy_(index_q)
+        s.index_q[:, : rows[0]].copy_(index_q)
         s.plan = self.decode.plan(s.block_table, s.seq_lens)
         return s
 

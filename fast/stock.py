@@ -60,7 +60,7 @@ class StockDecode:
         self.split = split
         self.heads = self.local_heads = heads
         self.max_reqs = max_reqs
-        self.device = resolve_device(device)
+        self.device = resolve_device(checks.device_arg(device))
         self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
         self.width = 0  # score columns, fixed by the first plan
         self.shape: SelectShape | None = None
@@ -117,6 +117,7 @@ class StockDecode:
         ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select").
         Lengths and ids as ``IndexerDecodeCP.forward``: padding (0) and bad requests get
         sixteen -1 per row, and ``check()`` names the first bad one."""
+        checks.state_operands(layer, plan, StockLayer, StockPlan, self._plans)
         checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, self.heads, self.device)
         rows = plan.batch * query_len
         if rows == 0:

@@ -13,6 +13,7 @@ import torch
 
 import reference
 from fast.cp import IndexerDecodeCP
+from fast.errors import DecodeInputError, PeerTimeoutError
 from fast.graphs import GraphedDecode
 from fast.layout import HeadLayout
 from fast.tools.bench_layers import cp_stage_layers
@@ -96,6 +97,84 @@ def short_step_skipped_on_rank(ctx, case: dict, short_lens: torch.Tensor, *, ski
     return {"heads": owned, "outs": outs, "parity": parity}
 
 
+def bad_input_then_reset_on_rank(ctx, case: dict, bad_table: torch.Tensor, bad_lens: torch.Tensor) -> dict:
+    """Two CP steps of one layer: ``bad_table`` and ``bad_lens`` (ids or lengths only the
+    device sees are bad), then — after check() raised and a collective reset() — the case's
+    own table and lengths. Returns ``{"heads", "bad_out", "error": (exception name, request,
+    column, value) or None, "good_out", "clean": whether check() passed after reset}``."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm)
+    layer = state.new_layer()
+    q = c["index_q"][:, owned].contiguous()
+    outs, error = [], None
+    for table, lens in ((bad_table, bad_lens), (c["block_table"], c["seq_lens"])):
+        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        plan = state.plan(table.to(ctx.device), lens.to(ctx.device))
+        state.forward(layer, plan, q, c["k_cache"], out, c["query_len"])
+        outs.append(out.cpu())
+        if error is None:
+            try:
+                state.check()
+            except DecodeInputError as e:
+                error = (type(e).__name__, e.request, e.column, e.value)
+            state.reset()
+    state.check()
+    return {"heads": owned, "bad_out": outs[0], "error": error, "good_out": outs[1], "clean": True}
+
+
+def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, steps: int, seed: int) -> dict:
+    """A missing peer, reported, then recovery in place. Step A: every rank (a normal
+    step, timed). Step B: rank 1 never calls forward, so rank 0's exchange gives up after
+    the state's time bound (rank 1 sleeps past it: a peer that only arrives late is no
+    error). Step C: every rank again; rank 1's merge gives up too (rank 0, flagged, pushes
+    nothing). Each rank's check() must raise PeerTimeoutError; then
+    reset() on every rank and ``steps`` back-to-back forwards with new queries every step
+    (``step_queries(seed)``). Returns ``{"heads", "step_s": step A's seconds, "reported_s":
+    rank 0's seconds from step B's forward to check() raising (None elsewhere), "raised":
+    [exception names after B (rank 0) and C], "outs": the steps' outputs}``."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, spin_timeout_s=timeout_s)
+    layer = state.new_layer()
+    q = c["index_q"][:, owned].contiguous()
+
+    def step(queries=q):
+        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        state.forward(layer, state.plan(c["block_table"], c["seq_lens"]), queries, c["k_cache"], out, c["query_len"])
+        return out
+
+    def raised() -> str | None:
+        try:
+            state.check()
+        except PeerTimeoutError as e:
+            return type(e).__name__
+        return None
+
+    start = time.monotonic()
+    step()
+    state.check()
+    step_s = time.monotonic() - start
+    names, reported_s = [], None
+    if ctx.rank != 1:
+        start = time.monotonic()
+        step()
+        names.append(raised())
+        reported_s = time.monotonic() - start
+    else:
+        time.sleep(1.5 * state.timeout_s)  # missing until its peer gave up (else it is only late)
+    step()
+    names.append(raised())
+    state.reset()
+    outs = []
+    for queries in step_queries(case["index_q"].shape, steps, seed):
+        outs.append(step(queries[:, owned].contiguous().to(ctx.device)).cpu())
+    state.check()
+    return {"heads": owned, "step_s": step_s, "reported_s": reported_s, "raised": names, "outs": outs}
+
+
 def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
     """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
@@ -113,11 +192,13 @@ def random_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """A decode step's block table (int32 [batch, pages], distinct blocks per request out of
     ``blocks``) and lengths (int32 [batch]) covering every length class: the first rows at 0,
-    16 and 15 pages (short, the 16-page switch), the rest up to 40 pages past the table."""
+    16 and 15 pages (short, the 16-page switch), a padding request (length 0) fourth, the rest
+    up to 40 pages past the table."""
     table = torch.stack([torch.randperm(blocks, generator=gen)[:pages] for _ in range(batch)]).to(torch.int32)
     n_pages = torch.randint(0, pages + 40, (batch,), generator=gen)
     n_pages[: min(batch, 3)] = torch.tensor([0, 16, 15])[: min(batch, 3)]
     lens = (n_pages * 128 + 1 + torch.randint(0, 128, (batch,), generator=gen)).clamp(min=query_len).to(torch.int32)
+    lens[3:4] = 0  # the fourth request, where there is one, is padding
     return table, lens
 
 
