@@ -65,6 +65,7 @@ def test_decode_kernels_compile_for_sm90():
         "merge",
         "compact table",
         "q to tile",
+        "table bounds",
         *selects,
         "push warp select columns=512",
         "push two-level warp select columns=2048",

@@ -144,7 +144,8 @@ def compile_kernels() -> list[str]:
     256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
     warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
     select, and that select at 512 columns and in two levels at 2048 and 4096), the q
-    exchange, the merge, the compact table and the q-to-tile copy. One "name: REG:.." line
+    exchange, the merge, the compact table, the q-to-tile copy and the stock plan's id
+    bounds. One "name: REG:.." line
     each; raises on a compile error."""
     cp = {"H": 4, "HR": 2, "CP": 2, "RANK": 1, "QLEN": 2, "PDL": True}
     kernels = [

@@ -1,0 +1,216 @@
+"""Device-side guards in one process (CP = 1 and the stock decode; the scorer alone): a bad
+block id or length is never read, its request's rows are sixteen -1, the other requests are
+exact, check() names the request, column and value, and reset() clears it. Padding requests
+(length 0) are sixteen -1 with no error. ``test_protocol_ranks.py`` holds the multi-rank
+agreement; ``test_bad_inputs.py`` the one-line verdicts."""
+
+import pytest
+import torch
+
+import reference
+from fast.cp import IndexerDecodeCP
+from fast.errors import BadBlockIdError, BadLengthError, DecodeInputError, new_record
+from fast.scorer import score_pages
+from fast.stock import StockDecode
+from fast.symm import SingleRankSymmetric
+from reference.cases import make_case, seq_len_for
+from reference.decode import query_tile
+from support import DEV, on
+
+gpu = pytest.mark.skipif(DEV.type != "cuda", reason="needs a CUDA GPU; none is visible")
+
+CASE = make_case(
+    3, [seq_len_for(40, 3), seq_len_for(30, 0), 0, seq_len_for(25, 9)], query_len=2, heads=2, pattern="exact"
+)
+Q = CASE.query_len
+
+
+def _decode(path: str, table, lens, k_cache=CASE.k_cache, state=None):
+    """One forward of ``path`` ("cp": CP = 1, or "stock") on a new layer; returns (out [rows,
+    H, 16], state). The CP layer's buffers must be armed again after it, bad input or not."""
+    if state is None:
+        state = (
+            IndexerDecodeCP(heads=2, max_reqs=4, symm=SingleRankSymmetric(DEV))
+            if path == "cp"
+            else StockDecode(heads=2, max_reqs=4, device=DEV)
+        )
+    plan = state.plan(on(table), on(lens))
+    if path == "cp":
+        plan.scores.fill_(1e30)  # an unwritten column read would rank first
+    out = on(torch.full((CASE.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+    layer = state.new_layer()
+    state.forward(layer, plan, on(CASE.index_q), on(k_cache), out, Q)
+    if path == "cp":  # a bad request leaves no query and no candidate behind
+        assert bool((layer.tile.local == -1).all()), "the q tile was not re-armed"
+        assert bool((layer.recv.local == -1).all()), "a candidate was left in the receive buffer"
+    return out.cpu(), state
+
+
+def _want(path: str) -> torch.Tensor:
+    return (reference.full_decode if path == "cp" else reference.stock_decode)(*CASE.args())
+
+
+def _rows(b: int) -> slice:
+    return slice(b * Q, (b + 1) * Q)
+
+
+BAD_IDS = {
+    # (request, column, id); request 0 reads 40 columns, request 1 reads 30
+    "past-cache": (1, 7, CASE.k_cache.shape[0]),
+    "huge": (0, 39, 10**6),
+    "negative": (0, 0, -7),
+    "int-min": (1, 29, -(2**31)),
+}
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("kind", sorted(BAD_IDS))
+def test_bad_id_rows_are_minus_one_the_rest_exact(path, kind):
+    b, column, value = BAD_IDS[kind]
+    table = CASE.block_table.clone()
+    table[b, column] = value
+    out, state = _decode(path, table, CASE.seq_lens)
+    want = _want(path)
+    assert bool((out[_rows(b)] == -1).all())
+    keep = torch.ones(out.shape[0], dtype=torch.bool)
+    keep[_rows(b)] = False
+    assert torch.equal(out[keep], want[keep])
+    with pytest.raises(BadBlockIdError) as info:
+        state.check()
+    assert (info.value.request, info.value.column, info.value.value) == (b, column, value)
+    with pytest.raises(BadBlockIdError):  # the record stays set until reset
+        state.check()
+    state.reset()
+    state.check()
+    again, _ = _decode(path, CASE.block_table, CASE.seq_lens, state=state)
+    assert torch.equal(again, want)
+    state.check()
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_cache_smaller_than_the_table_refers_to(path):
+    """A cache of N pages while the table holds ids up to N + k: those ids are bad."""
+    small = int(CASE.block_table[1, :30].max())  # request 1's largest id is now past the cache
+    out, state = _decode(path, CASE.block_table, CASE.seq_lens, k_cache=CASE.k_cache[:small].clone())
+    with pytest.raises(BadBlockIdError) as info:
+        state.check()
+    e = info.value
+    assert int(CASE.block_table[e.request, e.column]) == e.value >= small
+    assert bool((out[_rows(e.request)] == -1).all())
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("b,length", [(1, -1), (3, -(2**31)), (0, 1)])
+def test_bad_length_rows_are_minus_one(path, b, length):
+    lens = CASE.seq_lens.clone()
+    lens[b] = length
+    out, state = _decode(path, CASE.block_table, lens)
+    want = _want(path)
+    assert bool((out[_rows(b)] == -1).all())
+    keep = torch.ones(out.shape[0], dtype=torch.bool)
+    keep[_rows(b)] = False
+    assert torch.equal(out[keep], want[keep])
+    with pytest.raises(BadLengthError) as info:
+        state.check()
+    assert (info.value.request, info.value.column, info.value.value) == (b, -1, length)
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_padding_is_minus_one_and_no_error(path):
+    """Request 2 has length 0: its rows are sixteen -1, nothing is read (its table row is
+    garbage), and check() passes; the reference agrees."""
+    table = CASE.block_table.clone()
+    table[2] = -5
+    out, state = _decode(path, table, CASE.seq_lens)
+    state.check()
+    assert bool((out[_rows(2)] == -1).all())
+    assert torch.equal(out, _want(path))
+    garbage_row = reference.full_decode(CASE.index_q, CASE.k_cache, table, CASE.seq_lens, Q)[_rows(2)]
+    assert torch.equal(garbage_row, out[_rows(2)])
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_unread_table_entries_may_hold_anything(path):
+    """Columns past a request's history are never read, so never judged (a server's table
+    pads them with anything)."""
+    table = CASE.block_table.clone()
+    table[3, 25:] = 10**6  # request 3 reads 25 columns
+    table[1, 30:] = -1
+    out, state = _decode(path, table, CASE.seq_lens)
+    state.check()
+    assert torch.equal(out, _want(path))
+    assert torch.equal(reference.full_decode(CASE.index_q, CASE.k_cache, table, CASE.seq_lens, Q), _want("cp"))
+
+
+def test_the_first_bad_input_is_kept():
+    """Two bad requests: the record keeps one of them, whole (not a mix of the two)."""
+    table, lens = CASE.block_table.clone(), CASE.seq_lens.clone()
+    table[0, 5] = -3
+    lens[3] = -4
+    _, state = _decode("stock", table, lens)
+    with pytest.raises(DecodeInputError) as info:
+        state.check()
+    e = info.value
+    assert (type(e), e.request, e.column, e.value) in {(BadBlockIdError, 0, 5, -3), (BadLengthError, 3, -1, -4)}
+
+
+KERNELS = ["table"] + (["wgmma"] if DEV.type == "cuda" else [])
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_scorer_never_loads_a_bad_id(kernel):
+    """score_pages alone: a bad id's stored columns get NaN, every other column the
+    reference's score, and the record names (request, column, id)."""
+    table = CASE.block_table.clone()
+    table[1, 11] = 10**6
+    tile = query_tile(CASE.index_q, 4, Q)
+    width = table.shape[1]
+    good = CASE.block_table.clone()
+    want = torch.full((4, 16, width), 3.0)
+    reference.score_pages(tile, CASE.k_cache, good, CASE.seq_lens, want)
+    got = on(torch.full((4, 16, width), 3.0))
+    record = new_record(DEV)
+    first = 8 - Q  # the step's slots; the others hold no query (0xFF) and are not scored
+    operands = (on(tile), on(CASE.k_cache), on(table), on(CASE.seq_lens), got)
+    score_pages(*operands, kernel=kernel, error=record, first_slot=first)
+    got = got.cpu()
+    live = torch.arange(16) >= first * 2  # rows slot * 2 + head
+    column = got[1, live, 11]
+    assert bool(torch.isnan(column).all())
+    assert bool((got[:, ~live] == 3.0).all())  # rows before first_slot untouched
+    other = torch.ones(width, dtype=torch.bool)
+    other[11] = False
+    assert torch.equal(got[1][live][:, other], want[1][live][:, other])
+    assert torch.equal(got[[0, 2, 3]][:, live], want[[0, 2, 3]][:, live])
+    assert record.tolist()[1:] == [1, 1, 11, 10**6]
+
+
+@gpu
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_guards_under_cuda_graphs(path):
+    """Through GraphedDecode: a step with a bad id replays the captured graph, its request's
+    rows are -1 and check() raises; after reset() the same graph replays exactly."""
+    from fast.graphs import GraphedDecode
+
+    state = (
+        IndexerDecodeCP(heads=2, max_reqs=4, symm=SingleRankSymmetric(DEV))
+        if path == "cp"
+        else StockDecode(heads=2, max_reqs=4, device=DEV)
+    )
+    width = CASE.block_table.shape[1]
+    graphed = GraphedDecode(state, query_len=Q, table_width=width, k_caches=[on(CASE.k_cache)], sizes=(4,))
+    want = _want(path)
+    good = graphed.step(on(CASE.block_table), on(CASE.seq_lens), on(CASE.index_q))[0].cpu()
+    assert torch.equal(good, want)
+    graphed.check()
+    table = CASE.block_table.clone()
+    table[0, 12] = 10**6
+    bad = graphed.step(on(table), on(CASE.seq_lens), on(CASE.index_q))[0].cpu()
+    assert graphed.captured == [4]
+    assert bool((bad[_rows(0)] == -1).all()) and torch.equal(bad[Q:], want[Q:])
+    with pytest.raises(BadBlockIdError):
+        graphed.check()
+    graphed.reset()
+    again = graphed.step(on(CASE.block_table), on(CASE.seq_lens), on(CASE.index_q))[0].cpu()
+    assert torch.equal(again, want)
+    graphed.check()
