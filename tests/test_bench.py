@@ -200,6 +200,8 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
             scorer(131072, 1, 1, 8, 0.1),
             scorer(131072, 8, 1, 8, 0.2, kernel="table"),
             scorer(1048576, 1, 1, 8, 0.88, us=30.0),
+            scorer(131072, 8, 1, 8, 0.87, us=0.99, kernel="wgmma", guard=False),
+            scorer(131072, 8, 4, 8, 0.88, us=0.97, kernel="wgmma", guard=False),
         ],
         "select": [
             {"pages": 8192, "batch": 1, "default": True, "pdl": False, "us": 5.0},
@@ -229,16 +231,17 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     assert got["CP"] == (False, "2K 4.5 (4.5), 128K 6.5 (10.0)")
     assert got["rows"] == (True, "worst CP - stock +2.9 µs (2K, batch 1, q 1)")
     assert got["stock"] == (True, "alone 4.5 / 30.0 µs = 15.0%; in the layer 3.7 / 27.6 µs = 13.4%")
+    assert got["the"] == (False, "Hs 1 +1.0%, Hs 4 +3.1%")  # the guard's cost
 
     report["scorer"][2]["of_read_ceiling"] = 0.84
     report["layers"][4]["cp_stages_us"] = 6.0
     report["layers"][5]["cp_us"] = 6.8
     report["select"][1]["us"] = 4.6
     verdicts = [t["met"] for t in judge(report)]
-    assert verdicts == [False, True, False, True, False, False]
+    assert verdicts == [False, True, False, True, False, False, False]
     report["checks"]["cp"] = False  # no speedup counts from a run whose decode failed its check
     assert [t["figures"] for t in judge(report)][1:3] == ["not reported: a decode failed its check in this run"] * 2
-    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 6
+    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 7
 
 
 def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():

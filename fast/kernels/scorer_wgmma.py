@@ -167,7 +167,9 @@ def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
 
 
 @gluon.jit
-def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, blk, blocks, MASKED: gl.constexpr):
+def _load_nth_block(
+    k_ptr, k64_ptr, bt_row, first, n, num_blocks, blk, blocks, MASKED: gl.constexpr, GUARD: gl.constexpr
+):
     """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
     blk // 2); past the program's blocks or the row's n pages, or where the page's id lies
     outside ``[0, num_blocks)``, zeros (MASKED) or the cache's page 0 (valid memory whenever
@@ -179,7 +181,8 @@ def _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, blk, blocks, M
     j = first + blk // 2
     live = (blk < blocks) & (j < n)
     page = gl.load(bt_row + j, mask=live, other=0)
-    live = live & (page >= 0) & (page < num_blocks)  # the guard: one compare a page
+    if GUARD:
+        live = live & (page >= 0) & (page < num_blocks)  # the guard: one compare a page
     page = gl.where(live, page, 0).to(gl.int64)
     return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64, MASKED)
 
@@ -264,12 +267,13 @@ def _block(
     DEPTH: gl.constexpr,
     PARTS: gl.constexpr,
     LOADS_ONLY: gl.constexpr,
+    GUARD: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
     page's maxima folded (``_page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
-    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8)
+    cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, GUARD)
     if LOADS_ONLY:
         fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
     else:
@@ -311,6 +315,7 @@ def score_kernel_wgmma(
     PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP)
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
+    GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -346,9 +351,9 @@ def score_kernel_wgmma(
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8)
+        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8, GUARD)
         if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8)
+            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8, GUARD)
         else:
             c1, s1 = c0, s0
         if PDL:
@@ -409,6 +414,7 @@ def score_kernel_wgmma(
                         DEPTH,
                         PARTS,
                         LOADS_ONLY,
+                        GUARD,
                     )
         else:
             for i in range(PPP):
@@ -438,6 +444,7 @@ def score_kernel_wgmma(
                         DEPTH,
                         PARTS,
                         LOADS_ONLY,
+                        GUARD,
                     )
         if LOADS_ONLY:  # a store the compiler cannot drop, and no GPU makes
             gl.store(
@@ -471,11 +478,12 @@ def score_kernel_wgmma(
         best = gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
         # The guard's epilogue: a page whose id is outside the cache was never loaded; its
         # column gets NaN (not a score), and the record names the first such column.
-        live = (j < n) & (page < PPP)
-        ids = gl.load(bt_row + j, mask=live, other=0)
-        bad = live & ((ids < 0) | (ids >= num_blocks))
-        best = gl.where(bad[:, None], float("nan"), best)
-        if RECORD:
+        if GUARD:
+            live = (j < n) & (page < PPP)
+            ids = gl.load(bt_row + j, mask=live, other=0)
+            bad = live & ((ids < 0) | (ids >= num_blocks))
+            best = gl.where(bad[:, None], float("nan"), best)
+        if RECORD and GUARD:
             column = gl.min(gl.where(bad, j, 2**31 - 1), axis=0)
             if column < 2**31 - 1:
                 value = gl.min(gl.where(j == column, ids, 2**31 - 1), axis=0)

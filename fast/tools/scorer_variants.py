@@ -37,6 +37,7 @@ def variant_launch(
     tokens_per_dot: int | None = None,
     num_warps: int = 4,
     loads_only: bool = False,
+    guard: bool = True,
 ) -> scorer.ScorerLaunch | None:
     """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
 
@@ -46,7 +47,8 @@ def variant_launch(
     thread: "auto" (its policy), None (the compiler's choice) or 64..255. tokens_per_dot,
     num_warps: the prmt kernel's tokens per MMA block (64 or 128) and warps. loads_only:
     the wgmma kernel's probe of its memory side — the same loads, no decode, no MMA,
-    ``out`` untouched. None where there is nothing to score.
+    ``out`` untouched. guard: False drops the wgmma kernel's block-id guard (the benchmark's
+    measure of its cost; the decode always guards). None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
@@ -61,6 +63,8 @@ def variant_launch(
     cap_ok = register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255)
     if register_cap != "auto" and (kernel != "wgmma" or not cap_ok):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    if not guard and kernel != "wgmma":
+        raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
         raise ValueError(f"loads_only: the wgmma kernel's probe, not {kernel!r}'s")
     if pages_per_program is not None and not (isinstance(pages_per_program, int) and pages_per_program >= 1):
@@ -81,6 +85,7 @@ def variant_launch(
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         o["LOADS_ONLY"] = bool(loads_only)
+        o["GUARD"] = bool(guard)
         if register_cap != "auto":
             o.pop("maxnreg", None)
             if register_cap is not None:

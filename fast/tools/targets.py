@@ -18,6 +18,7 @@ SHORT_PAGES = 16  # contexts whose rows all hold at most this many pages ...
 SHORT_US = 3.0  # ... where CP may be at most this much slower than stock
 TOP16_PAGES = 8192  # the stock top-16 against the stock scorer at this many pages
 TOP16_SHARE = 0.15
+GUARD_COST = 0.02  # the scorer's block-id guard: at most this share of its time (8 x 128K)
 
 
 def judge(report: dict) -> list[dict]:
@@ -29,6 +30,7 @@ def judge(report: dict) -> list[dict]:
         _overhead(report),
         _short_rows(report),
         _top16(report),
+        _guard(report),
     ]
 
 
@@ -136,3 +138,21 @@ def _top16(report: dict) -> dict:
         f"{where} {top:.1f} / {scorer_us:.1f} µs = {top / scorer_us:.1%}" for where, top, scorer_us in shares
     )
     return _verdict(target, figures, all(top / scorer_us <= TOP16_SHARE for _, top, scorer_us in shares))
+
+
+def _guard(report: dict) -> dict:
+    """The block-id guard's cost: the guarded scorer against the same kernel without it
+    (the bench's ``guard: False`` variant), same shape, same run."""
+    target = f"the block-id guard costs <= {GUARD_COST:.0%} of the scorer at 8 x 128K (Hs 1 and Hs 4, 8 slots)"
+    rows = report.get("scorer", [])
+    spans, met = [], True
+    for hs in (1, 4):
+        off = [r["us"] for r in rows if r.get("variant") == {"kernel": "wgmma", "guard": False} and r["hs"] == hs]
+        on = [r["us"] for r in _scorer_rows(report, hs=hs, slots=8, context=131072, batch=8)]
+        if off and on:
+            cost = on[0] / off[0] - 1
+            spans.append(f"Hs {hs} {cost:+.1%}")
+            met = met and cost <= GUARD_COST
+    if not spans:
+        return _verdict(target, "not measured (no unguarded variant in this run)", None)
+    return _verdict(target, ", ".join(spans), met)
