@@ -65,7 +65,7 @@ def stages_after_forward_on_rank(ctx, case: dict, *, pdl: bool = False) -> list[
     state.forward(layer, plan, q, c["k_cache"], outs[0], c["query_len"])
     for out in outs[1:]:
         cp_stage_layers(
-            [None], state, [layer], SimpleNamespace(plan=plan, index_q=q[None], out=out[None]), c["query_len"]
+            [c["k_cache"]], state, [layer], SimpleNamespace(plan=plan, index_q=q[None], out=out[None]), c["query_len"]
         )
     state.check()
     return [{"heads": owned, "out": o.cpu()} for o in outs]
