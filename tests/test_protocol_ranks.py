@@ -259,7 +259,7 @@ def test_bad_device_input_every_rank_agrees(kind):
 def test_rendezvous_waits_for_the_last_rank():
     """The benchmark's rendezvous: rank 1's host arrives 0.5 s late, and rank 0's stream
     must not get past it before then (a rendezvous that did not wait would return at once)."""
-    waited = pool(2).run(_rendezvous, late_rank=1, absent_rank=None, spin_limit=None)
+    waited = pool(2).run(_rendezvous, late_rank=1, absent_rank=None, timeout_s=None)
     assert waited[0] > 0.4, waited
 
 
@@ -268,18 +268,16 @@ def test_rendezvous_without_a_peer_is_reported_not_a_hang():
     start = time.monotonic()
     with RankPool(2, BACKEND) as p:
         with pytest.raises(RankError, match="rendezvous gave up"):
-            p.run(
-                _rendezvous, late_rank=None, absent_rank=1, spin_limit=300 if BACKEND == "cpu" else 1 << 16, timeout=120
-            )
+            p.run(_rendezvous, late_rank=None, absent_rank=1, timeout_s=0.5, timeout=120)
     assert time.monotonic() - start < 120
 
 
-def _rendezvous(ctx, late_rank, absent_rank, spin_limit):
+def _rendezvous(ctx, late_rank, absent_rank, timeout_s):
     """Two rendezvous on this rank (none if it is ``absent_rank``, after 0.5 s if it is
     ``late_rank``); the host's seconds until its stream got past them."""
     from fast.tools.rendezvous import Rendezvous
 
-    meet = Rendezvous(ctx.symm, spin_limit=spin_limit)
+    meet = Rendezvous(ctx.symm, timeout_s=timeout_s)
     if ctx.rank == late_rank:
         time.sleep(0.5)
     start = time.monotonic()

@@ -14,26 +14,26 @@ import torch
 import triton
 import triton.language as tl
 
-from ..kernels.device import peer_ptr
+from ..checks import spin_timeout
+from ..kernels.device import clock_ns, deadline_ns, peer_ptr
 from ..symm import Symmetric
 
-# Polls before the rendezvous gives up: a GPU poll takes ~1 µs, an interpreter poll ~0.1 ms.
-SPIN_LIMIT = {"cuda": 1 << 24, "cpu": 100_000}
+# Seconds before the rendezvous gives up (as the decode's spins: fast.cp.DEFAULT_TIMEOUT_S).
+TIMEOUT_S = {"cuda": 2.0, "cpu": 30.0}
 
 
 @triton.jit(do_not_specialize=["epoch"])  # a new value every call: one compile
-def _rendezvous_kernel(flag_ptrs, err_ptr, epoch, spin_limit, CP: tl.constexpr, RANK: tl.constexpr):
+def _rendezvous_kernel(flag_ptrs, err_ptr, epoch, timeout_ns, CP: tl.constexpr, RANK: tl.constexpr, WALL: tl.constexpr):
     """Store ``epoch`` into slot RANK of every rank's flags, then poll this rank's flags
-    until every slot holds it (epochs only grow), at most ``spin_limit`` times; on timeout
-    set the error flag."""
+    until every slot holds it (epochs only grow), for at most ``timeout_ns`` (the device
+    clock; the host's under the interpreter, WALL); on timeout set the error flag."""
     for dst in tl.static_range(CP):
         tl.store(peer_ptr(flag_ptrs, dst, tl.int64) + RANK, epoch)
     mine = peer_ptr(flag_ptrs, RANK, tl.int64) + tl.arange(0, CP)
     pending = tl.min(tl.load(mine, volatile=True), axis=0) < epoch
-    spins = 0
-    while pending & (spins < spin_limit):
+    deadline = deadline_ns(timeout_ns, WALL)
+    while pending & (clock_ns(WALL) < deadline):
         pending = tl.min(tl.load(mine, volatile=True), axis=0) < epoch
-        spins += 1
     if pending:
         tl.store(err_ptr, 1)
 
@@ -42,26 +42,33 @@ class Rendezvous:
     """Collective to build (it allocates symmetric memory); then ``__call__`` enqueues one
     rendezvous on the current stream of every rank, and ``check()`` raises if one gave up.
 
-    symm: the ranks' ``Symmetric``; spin_limit: polls before giving up (default by device).
+    symm: the ranks' ``Symmetric``; timeout_s: seconds before giving up (default by device).
     """
 
-    def __init__(self, symm: Symmetric, spin_limit: int | None = None):
+    def __init__(self, symm: Symmetric, timeout_s: float | None = None):
         self.world, self.rank, self.device = symm.world, symm.rank, symm.device
         self.flags = symm.alloc(symm.world, torch.int64, 0)
         self.error = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self.spin_limit = spin_limit or SPIN_LIMIT[self.device.type]
+        self.timeout_s = spin_timeout(TIMEOUT_S[self.device.type] if timeout_s is None else timeout_s)
         self.epoch = 0
 
     def __call__(self) -> None:
         """Every rank calls it the same number of times; no host sync."""
         self.epoch += 1
         _rendezvous_kernel[(1,)](
-            self.flags.ptrs, self.error, self.epoch, self.spin_limit, CP=self.world, RANK=self.rank, num_warps=1
+            self.flags.ptrs,
+            self.error,
+            self.epoch,
+            int(self.timeout_s * 1e9),
+            CP=self.world,
+            RANK=self.rank,
+            WALL=self.device.type != "cuda",
+            num_warps=1,
         )
 
     def check(self) -> None:
         """Raise RuntimeError if a rendezvous of this rank gave up (a host sync)."""
         if int(self.error.item()):
             raise RuntimeError(
-                f"rank {self.rank}: a rendezvous gave up after {self.spin_limit} polls: a peer never arrived"
+                f"rank {self.rank}: a rendezvous gave up after {self.timeout_s:g} s: a peer never arrived"
             )
