@@ -223,6 +223,46 @@ STATES = [
 ]
 
 
+def _graphed(**kw):
+    a = dict(query_len=2, table_width=CASE.block_table.shape[1], k_caches=[on(CASE.k_cache)], sizes=(2,)) | kw
+    return GraphedDecode(_stock(), **a)
+
+
+def _narrow_table():
+    return on(CASE.block_table)[:, :5].contiguous()
+
+
+def _graphed_step(**kw):
+    def call():
+        a = dict(block_table=on(CASE.block_table), seq_lens=on(CASE.seq_lens), index_q=on(CASE.index_q)) | kw
+        _graphed().step(a["block_table"], a["seq_lens"], a["index_q"])
+
+    return call
+
+
+if DEV.type == "cuda":  # GraphedDecode replays CUDA graphs: its rows need a GPU
+    STATES += [
+        Row("graphs-query-len-9", lambda: _graphed(query_len=9), ValueError, "query_len"),
+        Row("graphs-table-width-0", lambda: _graphed(table_width=0), ValueError, "table_width"),
+        Row("graphs-layers-0", lambda: _graphed(layers=0), ValueError, "layers"),
+        Row("graphs-no-caches", lambda: _graphed(k_caches=[]), ValueError, "k_caches"),
+        Row("graphs-size-past-max-reqs", lambda: _graphed(sizes=(2, 4)), ValueError, "sizes"),
+        Row("graphs-step-table-width", _graphed_step(block_table=_narrow_table()), ValueError, "block_table"),
+        Row("graphs-step-len-int64", _graphed_step(seq_lens=on(CASE.seq_lens).long()), TypeError, "seq_lens"),
+        Row("graphs-step-q-rows", _graphed_step(index_q=on(CASE.index_q)[:3]), ValueError, "index_q"),
+        Row(
+            "graphs-step-past-sizes",
+            _graphed_step(
+                block_table=on(torch.cat([CASE.block_table] * 2)),
+                seq_lens=on(torch.cat([CASE.seq_lens] * 2)),
+                index_q=on(torch.cat([CASE.index_q] * 2)),
+            ),
+            ValueError,
+            "seq_lens",
+        ),
+    ]
+
+
 def _plan_row(id_, path, table, lens, exc, name):
     def call():
         state = _cp() if path == "cp" else _stock()
@@ -429,6 +469,15 @@ COMMAND_LINES = {
     "fast-missing-case": ("fast", "decode --case {none} --path cp --backend cpu --out {out}", "case"),
     "fast-garbage-case": ("fast", "decode --case {garbage} --path cp --backend cpu --out {out}", "case"),
     "fast-invalid-case": ("fast", "decode --case {invalid} --path cp --backend cpu --out {out}", "seq_lens"),
+    "fast-case-q-float32": ("fast", "decode --case {q_float} --path cp --backend cpu --out {out}", "index_q"),
+    "fast-case-k-int8": ("fast", "decode --case {k_int8} --path stock --backend cpu --out {out}", "k_cache"),
+    "fast-case-heads-3": ("fast", "decode --case {heads_3} --path cp --backend cpu --out {out}", "index_q"),
+    "fast-case-query-len-9": ("fast", "decode --case {query_len_9} --path cp --backend cpu --out {out}", "query_len"),
+    "reference-case-query-len-2.7": (
+        "reference",
+        "decode --case {query_len_float} --path full --out {out}",
+        "case",
+    ),
     "fast-cp-3": ("fast", "decode --case {case} --path cp --cp 3 --backend cpu --out {out}", "cp"),
     "fast-out-folder": ("fast", "decode --case {case} --path cp --backend cpu --out {far}", "out"),
     "fuzz-unknown-target": ("fuzz", "replay nope {{}}", "target"),
@@ -450,9 +499,19 @@ def files(tmp_path_factory):
     case = make_case(21, [5, 3000], query_len=2, heads=4, pattern="exact")
     case.save(root / "case.pt")
     torch.save(case.to_dict() | {"seq_lens": torch.tensor([1, 3000], dtype=torch.int32)}, root / "invalid.pt")
+    broken = {
+        "q_float": {"index_q": case.index_q.float()},
+        "k_int8": {"k_cache": case.k_cache.view(torch.int8)},
+        "heads_3": {"index_q": case.index_q[:, :3].contiguous()},
+        "query_len_9": {"query_len": 9},
+        "query_len_float": {"query_len": 2.7},
+    }
+    for name, change in broken.items():
+        torch.save(case.to_dict() | change, root / f"{name}.pt")
     (root / "garbage.pt").write_bytes(b"not a torch file")
     cfg = json.loads(example_json(DecodeConfig(1, 2, 4, 1, (3000,), 30, "exact")))
     return dict(
+        **{name: root / f"{name}.pt" for name in broken},
         case=root / "case.pt",
         invalid=root / "invalid.pt",
         garbage=root / "garbage.pt",

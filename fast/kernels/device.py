@@ -1,6 +1,7 @@
 """Device helpers the protocol's kernels share: PDL gates, peer addresses, the
-unwritten-query test, and the codes of a process's device error word. Each runs on a GPU
-and under the interpreter (PDL compiled out there)."""
+unwritten-query test, the clock that bounds every spin in time, and the codes of the error
+record's protocol word. Each runs on a GPU and under the interpreter (PDL compiled out
+there; the clock is the host's)."""
 
 import time
 
