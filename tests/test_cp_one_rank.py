@@ -226,3 +226,26 @@ def test_a_step_after_a_timeout_outputs_only_minus_one():
     assert int(layer.parity) == 1
     with pytest.raises(PeerTimeoutError):
         state.check()
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_push_writes_only_its_long_rows_slots(split):
+    """The push alone, on random scores: it writes every slot of each long row of a request
+    that passes the guard, in the step's set, and nothing else — not the other set, not the
+    rows of short, padding or bad requests, not the rows past the step's (all stay -1)."""
+    q, heads, columns = 2, 2, 40
+    lens = torch.tensor([seq_len_for(38, 3), seq_len_for(9, 0), 0, seq_len_for(30, 1), -5], dtype=torch.int32)
+    table = torch.zeros(5, columns, dtype=torch.int32)
+    table[3, 4] = 99  # request 3 reads an id past the one-page cache: no rank pushes it
+    state = IndexerDecodeCP(heads=heads, max_reqs=6, symm=SingleRankSymmetric(DEV), split=split)
+    layer = state.new_layer()
+    plan = state.plan(on(table), on(lens))
+    plan.scores.copy_(torch.randn(plan.scores.shape, generator=torch.Generator().manual_seed(split)))
+    layer.current.fill_(1)  # the step's set: the push reads it, the exchange would have stored it
+    state.push(layer, plan, q, num_blocks=1)
+    recv = layer.recv.local.view(2, 1, state.rows_max, heads, 16).cpu()
+    assert bool((recv[0] == -1).all()), "the push wrote into the other buffer set"
+    pushed = recv[1, 0] != -1  # [rows_max, heads, 16]
+    want = torch.zeros_like(pushed)
+    want[0:q] = True  # request 0: long and good; 1 short, 2 padding, 3 a bad id, 4 a bad length
+    assert torch.equal(pushed, want)

@@ -198,6 +198,29 @@ def test_stock_ties_at_16_bits_go_to_the_lower_page():
     assert select(v2, torch.tensor([40]), 20, key="stock")[0].tolist()[:2] == [1, 2]
 
 
+# A row whose stock order depends on the range being taken over exactly its ranked columns.
+# own = 16: columns 0..15 are ranked, columns 16.. are not (they hold -100, 100 and 0.75).
+# Over the true range [1, 2]: scale 65534, bias fmaf(-1, 65534, 1.5) = -65532.5, so by hand
+#   q16(1) = 1 (1.5 truncated), q16(2) = 65535 (65535.5), q16(1.5) = 32768 (32768.5),
+#   q16(fp32(1.50001)) = 32769 (32769.156...), q16(1.25) = 16385 (exact).
+# Any other range (one that also spans an unranked column, or the 0 an unranked column is
+# cleared to) merges 1.5 and 1.50001 into one bucket, and the tie goes to the lower page:
+# column 2 before column 3.
+RANGE_ROW = [1.0, 2.0, 1.5, 1.50001] + [1.25] * 12 + [-100.0, 100.0, 0.75]
+RANGE_Q16 = [1, 65535, 32768, 32769] + [16385] * 12
+RANGE_OUT = [1, 3, 2, *range(4, 16), 16]  # 15 ranked by hand, own page in slot 15
+
+
+def test_stock_keys_by_hand_where_the_range_decides():
+    v = torch.tensor([RANGE_ROW], dtype=torch.float32)
+    j = torch.arange(v.shape[1])
+    valid = (j < 16)[None, :]
+    keys = stock_keys(torch.where(valid, v, 0.0), j, valid)[0].tolist()
+    assert keys[:16] == [(q << 16) | (0xFFFF - p) for p, q in enumerate(RANGE_Q16)]
+    assert keys[16:] == [0, 0, 0]
+    assert select(v, torch.tensor([16]), v.shape[1], key="stock")[0].tolist() == RANGE_OUT
+
+
 @pytest.mark.parametrize("rows", [1, 7])
 def test_stock_rejects_unknown_key(rows):
     with pytest.raises(ValueError, match="key"):

@@ -67,6 +67,47 @@ def test_scorer_matches_reference(args):
         assert bool(((got - want).abs() <= tol)[written].all())
 
 
+def contract_cells(lens: list[int], hs: int, width: int, first_slot: int) -> torch.Tensor:
+    """bool [B, 8 * Hs, W]: the cells the scorer contract stores, derived here from the
+    contract's words (docs/DESIGN.md §4), not from any implementation: row slot * Hs + head
+    of a slot >= first_slot, column j < min((len - 1) // 128, W) and j < (len - 8 + slot) //
+    128, both rounded down (Python's //, so a negative length stores nothing)."""
+    cells = torch.zeros(len(lens), 8 * hs, width, dtype=torch.bool)
+    for b, n in enumerate(lens):
+        scored = min(max((n - 1) // PAGE, 0), width)
+        for slot in range(first_slot, 8):
+            own = max((n - 8 + slot) // PAGE, 0)
+            cells[b, slot * hs : (slot + 1) * hs, : min(scored, own)] = True
+    return cells
+
+
+# Lengths at every offset around page boundaries where the slots' own pages differ from
+# the scored count (len % 128 in 1..8), a length past the table, and non-positive ones.
+EDGE_LENS = [0, -3, 1, 8, 9, 128, 129, 135, 136, 137, 256, 257, 263, 264, 3 * 128 + 4, 40 * 128 + 7]
+
+
+@pytest.mark.parametrize("kernel", ["table"] + (["wgmma"] if torch.cuda.is_available() else []))
+@pytest.mark.parametrize("first_slot", [0, 3, 7])
+@pytest.mark.parametrize("hs", [1, 4])
+def test_scorer_writes_exactly_the_contract_cells(kernel, first_slot, hs):
+    """Every cell the contract does not store keeps its poison, at and past each row's own
+    page and in the rows of earlier slots, on the backend CI runs (the table kernel) and
+    on a GPU's; every stored cell equals the reference's score (exact-arithmetic case)."""
+    width = 6
+    lens = EDGE_LENS
+    case = make_case(11, [8] * len(lens), heads=hs, query_len=8, pattern="exact", table_width=width, num_blocks=9)
+    tile = query_tile(case.index_q, len(lens), 8)
+    t = torch.tensor(lens, dtype=torch.int32)
+    got = on(torch.full((len(lens), 8 * hs, width), POISON))
+    score_pages(on(tile), on(case.k_cache), on(case.block_table), on(t), got, first_slot=first_slot, kernel=kernel)
+    got = got.cpu()
+    cells = contract_cells(lens, hs, width, first_slot)
+    assert torch.equal(got != POISON, cells), f"cells written outside the contract: {(got != POISON) ^ cells}"
+    want = torch.full_like(got, POISON)
+    reference.score_pages(tile, case.k_cache, case.block_table, t, want)
+    assert torch.equal(got[cells], want[cells])
+
+
 @pytest.mark.gpu  # the interpreter's tl.dot is numpy's matmul, whose summation order follows N
 @settings(max_examples=20)
 @given(

@@ -1,6 +1,7 @@
 """The stock decode in one process: its top-16 on its own scores against the reference's stock
 rule, split rows, and end to end."""
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,6 +44,24 @@ def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk, split):
     rows = scores.reshape(batch * q * heads, width)
     own = own_pages(case.seq_lens, q).repeat_interleave(heads)
     assert torch.equal(out.view(-1, 16), select(rows, own, width, key="stock"))
+
+
+@pytest.mark.parametrize("split", [1, 2, 4])
+def test_stock_select_by_hand_where_the_range_decides(split):
+    """The fast stock select on ``RANGE_ROW`` (test_reference_selection): its range must
+    span exactly the ranked columns, or 0.5 and 0.50001 fall into one bucket and columns 2
+    and 3 swap. The unranked columns hold -100, 100, 0.75 and the poison past them."""
+    from test_reference_selection import RANGE_OUT, RANGE_ROW
+
+    width = 64
+    sd = StockDecode(heads=1, max_reqs=1, device=DEV, split=split)
+    plan = sd.plan(on(torch.zeros(1, width, dtype=torch.int32)), on(torch.tensor([16 * 128 + 1], dtype=torch.int32)))
+    scores = torch.full((1, 8, width), POISON)
+    scores[0, 7, : len(RANGE_ROW)] = torch.tensor(RANGE_ROW)
+    plan.scores.copy_(on(scores))
+    out = on(torch.full((1, 1, 16), -7, dtype=torch.int32))
+    sd.select(plan, out, 1, num_blocks=1)
+    assert out.cpu()[0, 0].tolist() == RANGE_OUT
 
 
 def test_split_stock_topk_rearms_and_repeats():
