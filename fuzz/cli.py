@@ -26,7 +26,7 @@ def _report(result) -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
-    parser.add_argument("target", choices=sorted(TARGETS) + ["smoke", "all", "replay"])
+    parser.add_argument("target", choices=sorted(TARGETS) + ["smoke", "all", "replay", "mutants"])
     parser.add_argument("example", nargs="?", help="replay: the target name, then the example JSON")
     parser.add_argument("example_json", nargs="?")
     budget = parser.add_mutually_exclusive_group()
@@ -34,6 +34,13 @@ def main(argv=None) -> int:
     budget.add_argument("--minutes", type=float)
     parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--smoke", action="store_true", help="a target at its smoke budget (make fuzz-smoke's)")
+    mutants = parser.add_argument_group("mutants (the mutation campaign: fuzz/campaign.py)")
+    mutants.add_argument("--only", help="the bugs whose name contains this")
+    mutants.add_argument("--rotate", type=int, help="this many bugs, a different window each day (CI)")
+    mutants.add_argument("--budget", type=float, default=600.0, help="seconds per bug (its tests and its fuzz smoke)")
+    mutants.add_argument("--no-fuzz", action="store_true", help="the bugs' tests only, no fuzz smoke")
+    mutants.add_argument("--list", action="store_true", help="name the bugs and their files; run nothing")
     args = parser.parse_args(argv)
     if args.backend == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before anything defines a kernel
@@ -46,13 +53,48 @@ def main(argv=None) -> int:
         replay(args.example, args.example_json, args.backend)
         print("replay passed")
         return 0
+    if args.target == "mutants":
+        return _mutants(args)
     if args.target == "smoke":  # each target's smoke budget: CI's `make fuzz-smoke`
         plans = [(name, dict(smoke=True)) for name in TARGETS]
     elif args.target == "all":  # `make fuzz`: ~10 minutes over every target
         plans = [(name, dict(minutes=DEFAULT_MINUTES[name])) for name in TARGETS]
+    elif args.smoke:
+        plans = [(args.target, dict(smoke=True))]
     else:
         plans = [(args.target, dict(examples=args.examples, minutes=args.minutes))]
     ok = True
     for name, budget_kw in plans:
         ok &= _report(run_campaign(name, seed=args.seed, backend=args.backend, **budget_kw))
     return 0 if ok else 1
+
+
+def _mutants(args) -> int:
+    """``python -m fuzz mutants``: 0 if every bug run was killed or is a named equivalent."""
+    from .campaign import BUGS, EQUIVALENT, apply, campaign, rotating
+
+    bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
+    if not bugs:
+        print(f"error: only: no bug's name contains {args.only!r}", file=sys.stderr)
+        return 2
+    if args.list:
+        for b in bugs:
+            print(f"{b.name:<56} {b.file:<28} {b.target}")
+        return 0
+    import tempfile
+    from pathlib import Path
+
+    from .campaign import ROOT
+
+    for b in bugs:  # every patch applies before anything runs (a moved snippet is an error)
+        with tempfile.TemporaryDirectory() as tmp:
+            target = Path(tmp) / b.file
+            target.parent.mkdir(parents=True)
+            target.write_text((ROOT / b.file).read_text())
+            try:
+                apply(b, Path(tmp))
+            except ValueError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 2
+    outcomes = campaign(bugs, args.budget, fuzz=not args.no_fuzz)
+    return 0 if all(o.killed or o.bug in EQUIVALENT for o in outcomes) else 1

@@ -84,3 +84,19 @@ def test_bad_replay_lines_are_one_error_line(capsys, argv, name):
     assert main([fill.get(a, a) for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {name}:"), err
+
+
+def test_campaign_bugs_apply_once_and_their_names_are_unique():
+    """Every planted bug of ``python -m fuzz mutants`` still finds its snippet exactly once
+    (a patch that no longer applies is an error, not a pass), and no two share a name."""
+    from pathlib import Path
+
+    from fuzz.campaign import BUGS, ROOT, apply, rotating
+
+    assert len(BUGS) >= 30 and len({b.name for b in BUGS}) == len(BUGS)
+    for bug in BUGS:
+        assert (ROOT / bug.file).read_text().count(bug.old) == 1, bug.name
+        assert bug.old != bug.new, bug.name
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        apply(BUGS[0].__class__("x", BUGS[0].file, "no such snippet", "", (), "reference"), Path(ROOT))
+    assert len({b.name for b in rotating(3)}) == 3

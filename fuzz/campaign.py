@@ -1,0 +1,411 @@
+"""The mutation campaign the project runs on itself (``python -m fuzz mutants``, ``make
+mutants``): each planted bug is applied to its own copy of the tree and the suite's fast
+tiers for its subject run against it, then its fuzz target's smoke campaign, within a time
+budget. A bug is killed by the first test or campaign that fails; one that survives both is
+either a hole in the harness or an equivalent change, which ``EQUIVALENT`` must explain.
+
+A bug's snippet must occur exactly once in its file: a patch that no longer applies (the
+code moved or changed) is an error, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .mutants import MUTANTS
+
+ROOT = Path(__file__).resolve().parent.parent
+IGNORED = shutil.ignore_patterns(".venv", ".git", ".hypothesis", "__pycache__", "results", "_before", "*.pyc")
+
+# The fast tiers by subject: the single-process test files that hold each part to the
+# reference (pytest stops at the first failure), and the multi-rank tests the protocol needs.
+REFERENCE_TESTS = (
+    "tests/test_reference_selection.py",
+    "tests/test_reference_scores.py",
+    "tests/test_reference_cp.py",
+    "tests/test_nvfp4_format.py",
+)
+CP_TESTS = ("tests/test_cp_one_rank.py", "tests/test_guards.py")
+RANK_TESTS = ("-m", "multirank", "tests/test_protocol_ranks.py", "-k", "changing or skipped or lag or table_edge")
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One planted bug: ``old`` -> ``new`` in ``file``; ``tests`` the pytest arguments of
+    the fast tiers that must kill it; ``target`` the fuzz campaign run after them."""
+
+    name: str
+    file: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+    target: str
+
+
+def _from_mutant(m) -> Bug:
+    """The fuzz teeth test's mutants (``fuzz.mutants``), as campaign bugs."""
+    tests = REFERENCE_TESTS if m.module.startswith("reference") else CP_TESTS
+    return Bug(m.name, m.module.replace(".", "/") + ".py", m.old, m.new, tests, m.target)
+
+
+BUGS = [_from_mutant(m) for m in MUTANTS] + [
+    # The reference: formats, scores, both keys, the CP simulation, its checks.
+    Bug(
+        "E2M1 magnitudes in the wrong sign half",
+        "reference/nvfp4.py",
+        "    return torch.cat([mags, -mags])\n",
+        "    return torch.cat([-mags, mags])\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "quantizer rounds 0.75 down",
+        "reference/nvfp4.py",
+        "(a >= 0.75)",
+        "(a > 0.75)",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "reference scorer stores its own page",
+        "reference/scores.py",
+        "            keep = torch.arange(start, stop)[None, :] < own[b][:, None]\n",
+        "            keep = torch.arange(start, stop)[None, :] <= own[b][:, None]\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "reference scores one page fewer",
+        "reference/scores.py",
+        "    return ((lens.to(torch.int64) - 1) // PAGE).clamp(0, width)\n",
+        "    return ((lens.to(torch.int64) - 1) // PAGE - 1).clamp(0, width)\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "-0.0 ranks above +0.0",
+        "reference/selection.py",
+        "    return torch.where(negative, bits ^ 0xFFFFFFFF, bits ^ 0x80000000)\n",
+        "    return torch.where(negative & (bits != 0x80000000), bits ^ 0xFFFFFFFF, bits ^ 0x80000000)\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "exact key breaks ties by the higher page",
+        "reference/selection.py",
+        "    key = KEY_VALID_BIT | (ordered_bits(scores) << 16) | (PAGE_MASK - pages.to(_I64))\n",
+        "    key = KEY_VALID_BIT | (ordered_bits(scores) << 16) | pages.to(_I64)\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "stock key's bias 0.5",
+        "reference/selection.py",
+        "    bias = fmaf(-lo, scale, torch.tensor(1.5))\n",
+        "    bias = fmaf(-lo, scale, torch.tensor(0.5))\n",
+        REFERENCE_TESTS,
+        "stock",
+    ),
+    Bug(
+        "stock range over every column",
+        "reference/selection.py",
+        "    hi = torch.where(valid, scores, -torch.inf).amax(dim=-1, keepdim=True)\n"
+        "    lo = torch.where(valid, scores, torch.inf).amin(dim=-1, keepdim=True)\n",
+        "    hi = scores.amax(dim=-1, keepdim=True)\n    lo = scores.amin(dim=-1, keepdim=True)\n",
+        REFERENCE_TESTS,
+        "stock",
+    ),
+    Bug(
+        "short rows stop one page early",
+        "reference/selection.py",
+        "    return torch.where(k[None, :] <= own[:, None], k[None, :], -1).to(torch.int32)\n",
+        "    return torch.where(k[None, :] < own[:, None], k[None, :], -1).to(torch.int32)\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "a request is long from 16 pages",
+        "reference/cp.py",
+        "    return seq_lens.to(_I64) > TOPK * PAGE\n",
+        "    return seq_lens.to(_I64) > (TOPK - 1) * PAGE\n",
+        REFERENCE_TESTS,
+        "reference",
+    ),
+    Bug(
+        "reference refuses padding",
+        "reference/validate.py",
+        "    invalid = (sl < query_len) & (sl != 0)\n",
+        "    invalid = sl < query_len\n",
+        REFERENCE_TESTS + ("tests/test_guards.py",),
+        "reference",
+    ),
+    Bug(
+        "reference checks one column too many",
+        "reference/validate.py",
+        "    touched = cols[None, :] < read[:, None]\n",
+        "    touched = cols[None, :] <= read[:, None]\n",
+        REFERENCE_TESTS + ("tests/test_guards.py",),
+        "inputs",
+    ),
+    # The kernels: compact table, exchange, push, merge, parity, stock select, scorer masks.
+    Bug(
+        "compact page count loses its bound at W - 1",
+        "fast/kernels/cp.py",
+        "    n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)\n",
+        "    n_local = (hist + (CP - 1 - RANK)) // CP\n",
+        CP_TESTS + RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "read pages lose their bound at the table",
+        "fast/kernels/guards.py",
+        "    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) - 1) // _PAGE, P), 0)\n",
+        "    return tl.where(seq >= 1, (tl.maximum(seq, 1) - 1) // _PAGE, 0)\n",
+        CP_TESTS + RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "the lying length without its 8 slots",
+        "fast/kernels/cp.py",
+        "n_local * _PAGE + _SLOTS, 0))",
+        "n_local * _PAGE, 0))",
+        CP_TESTS,
+        "kernels",
+    ),
+    Bug(
+        "causal cut one page late in the push",
+        "fast/kernels/cp.py",
+        "        n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)\n",
+        "        n_rank = tl.minimum((own + (CP - RANK)) // CP, n_local)\n",
+        CP_TESTS + RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "merge leaves the parity",
+        "fast/kernels/cp.py",
+        "        tl.store(parity_ptr, 1 - current)\n",
+        "        tl.store(parity_ptr, current)\n",
+        ("tests/test_cp_one_rank.py",) + RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "merge does not reset the candidates",
+        "fast/kernels/cp.py",
+        "        tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))\n",
+        "",
+        CP_TESTS + RANK_TESTS,
+        "kernels",
+    ),
+    Bug(
+        "short CP rows stop one page early",
+        "fast/kernels/cp.py",
+        "tl.where(failed, -1, short_row(k, own))",
+        "tl.where(failed | (k == own), -1, short_row(k, own))",
+        CP_TESTS,
+        "kernels",
+    ),
+    Bug(
+        "push ignores the guard's verdict",
+        "fast/kernels/cp.py",
+        "    if (own + 1 > _TOPK) & (verdict == 0):\n",
+        "    if own + 1 > _TOPK:\n",
+        CP_TESTS,
+        "inputs",
+    ),
+    Bug(
+        "exchange does not wait",
+        "fast/kernels/cp.py",
+        "        while pending & (clock_ns(WALL) < deadline):\n"
+        "            pending = has_ff_byte(tl.load(local, volatile=True))\n",
+        "        pending = False\n",
+        RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "stock range stands in 0 for unranked columns",
+        "fast/kernels/stock.py",
+        "        ranked = tl.where(j < n, row, first)\n",
+        "        ranked = tl.where(j < n, row, 0.0)\n",
+        ("tests/test_stock_decode.py",),
+        "kernels",
+    ),
+    Bug(
+        "stock short rows from 16 pages",
+        "fast/kernels/stock.py",
+        "    elif own + 1 <= _TOPK:\n",
+        "    elif own <= _TOPK:\n",
+        ("tests/test_stock_decode.py", "tests/test_guards.py"),
+        "kernels",
+    ),
+    Bug(
+        "table scorer stores its own page",
+        "fast/kernels/scorer_table.py",
+        "(j[:, None] < own[None, :])",
+        "(j[:, None] <= own[None, :])",
+        ("tests/test_scorer.py",),
+        "kernels",
+    ),
+    Bug(
+        "table scorer loads a bad id",
+        "fast/kernels/scorer_table.py",
+        "        live = live & ~bad\n",
+        "",
+        ("tests/test_guards.py",),
+        "inputs",
+    ),
+    # The guards and the error record.
+    Bug(
+        "guard passes ids past the cache",
+        "fast/kernels/guards.py",
+        "    bad_block = low_bad | (hi >= num_blocks)\n",
+        "    bad_block = low_bad | (hi > num_blocks)\n",
+        ("tests/test_guards.py",),
+        "inputs",
+    ),
+    Bug(
+        "guard takes length 1 for padding",
+        "fast/kernels/guards.py",
+        "    bad_len = (seq < 0) | ((seq > 0) & (seq < QLEN))\n",
+        "    bad_len = (seq < 0) | ((seq > 1) & (seq < QLEN))\n",
+        ("tests/test_guards.py",),
+        "inputs",
+    ),
+    Bug(
+        "id bounds name the smallest id's column for the largest",
+        "fast/kernels/guards.py",
+        "    tl.store(bounds_row + 3, tl.where(none, -1, hi_col))\n",
+        "    tl.store(bounds_row + 3, tl.where(none, -1, lo_col))\n",
+        ("tests/test_cp_one_rank.py", "tests/test_guards.py"),
+        "inputs",
+    ),
+    Bug(
+        "check() calls a bad length a bad id",
+        "fast/errors.py",
+        "    if code == BAD_BLOCK:\n",
+        "    if code in (BAD_BLOCK, BAD_LENGTH):\n",
+        ("tests/test_guards.py",),
+        "inputs",
+    ),
+    Bug(
+        "reset leaves the candidates",
+        "fast/cp.py",
+        "                layer.recv.local.fill_(-1)\n",
+        "",
+        ("-m", "multirank", "tests/test_protocol_ranks.py", "-k", "missing_peer"),
+        "protocol",
+    ),
+    # The host checks.
+    Bug(
+        "forward takes any query_len",
+        "fast/checks.py",
+        '    check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)\n    rows = batch * query_len\n',
+        "    rows = batch * query_len\n",
+        ("tests/test_bad_inputs.py",),
+        "inputs",
+    ),
+    Bug(
+        "plan takes a strided table",
+        "fast/checks.py",
+        "    if not x.is_contiguous():\n",
+        "    if False:\n",
+        ("tests/test_bad_inputs.py",),
+        "inputs",
+    ),
+    Bug(
+        "plan takes a wider table",
+        "fast/checks.py",
+        "    if width > planned:\n",
+        "    if False:\n",
+        ("tests/test_bad_inputs.py",),
+        "inputs",
+    ),
+]
+
+# Survivors that are not bugs: name -> why the change cannot alter any output (none yet).
+EQUIVALENT: dict[str, str] = {}
+
+
+@dataclass
+class Outcome:
+    bug: str
+    killed: bool
+    by: str  # the failing test id, "fuzz <target>", or why nothing ran
+    seconds: float
+
+
+def apply(bug: Bug, root: Path) -> None:
+    """Patch ``bug`` into the tree at ``root``; ValueError if its snippet is not there once."""
+    path = root / bug.file
+    source = path.read_text()
+    count = source.count(bug.old)
+    if count != 1:
+        raise ValueError(f"bug {bug.name!r}: its snippet occurs {count} times in {bug.file} (the code moved?)")
+    path.write_text(source.replace(bug.old, bug.new))
+
+
+def _first_failure(output: str) -> str:
+    m = re.search(r"^(?:FAILED|ERROR) (\S+)", output, re.M)
+    return m.group(1) if m else "pytest (a crash: no test id)"
+
+
+def run_bug(bug: Bug, budget_s: float = 600.0, fuzz: bool = True) -> Outcome:
+    """The bug in a copy of the tree: its fast tiers (stop at the first failure), then its
+    target's smoke campaign, together within ``budget_s`` (past it: survived, "time")."""
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="campaign-") as tmp:
+        root = Path(tmp) / "tree"
+        shutil.copytree(ROOT, root, ignore=IGNORED)
+        apply(bug, root)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+        env.pop("PYTEST_XDIST_WORKER", None)
+        steps = [[sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *bug.tests]]
+        if fuzz:
+            steps.append([sys.executable, "-m", "fuzz", bug.target, "--smoke", "--seed", "0"])
+        for cmd in steps:
+            left = budget_s - (time.monotonic() - start)
+            if left <= 0:
+                return Outcome(bug.name, False, "time budget spent", time.monotonic() - start)
+            try:
+                done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=left)
+            except subprocess.TimeoutExpired:
+                return Outcome(bug.name, False, "time budget spent", time.monotonic() - start)
+            if done.returncode == 5:  # pytest collected nothing: the bug's tests moved
+                raise ValueError(f"bug {bug.name!r}: no test selected by {' '.join(bug.tests)}")
+            if done.returncode != 0:
+                by = _first_failure(done.stdout) if "pytest" in cmd else f"fuzz {bug.target}"
+                return Outcome(bug.name, True, by, time.monotonic() - start)
+    return Outcome(bug.name, False, "-", time.monotonic() - start)
+
+
+def rotating(count: int, day: datetime.date | None = None) -> list[Bug]:
+    """``count`` bugs for CI, a different window every day (every bug within len / count days)."""
+    day = day or datetime.date.today()
+    first = (day.toordinal() * count) % len(BUGS)
+    return [BUGS[(first + i) % len(BUGS)] for i in range(count)]
+
+
+def campaign(bugs: list[Bug], budget_s: float, fuzz: bool = True, stream=sys.stdout) -> list[Outcome]:
+    """Run ``bugs`` one at a time and print the table: bug, killed or survived, by what,
+    seconds; then the kill rate (equivalent survivors named with their reason)."""
+    outcomes = []
+    print(f"{'bug':<56} {'verdict':<9} {'seconds':>7}  by", file=stream)
+    for bug in bugs:
+        o = run_bug(bug, budget_s, fuzz)
+        outcomes.append(o)
+        verdict = "killed" if o.killed else ("equivalent" if bug.name in EQUIVALENT else "SURVIVED")
+        print(f"{bug.name:<56} {verdict:<9} {o.seconds:7.0f}  {o.by}", file=stream, flush=True)
+    killed = sum(o.killed for o in outcomes)
+    print(f"killed {killed} of {len(outcomes)} ({killed / max(1, len(outcomes)):.0%})", file=stream)
+    for o in outcomes:
+        if not o.killed and o.bug in EQUIVALENT:
+            print(f"  equivalent: {o.bug}: {EQUIVALENT[o.bug]}", file=stream)
+    return outcomes
