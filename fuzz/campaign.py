@@ -92,7 +92,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         "reference",
     ),
     Bug(
-        "-0.0 ranks above +0.0",
+        "-0.0 ranks below every negative score",
         "reference/selection.py",
         "    return torch.where(negative, bits ^ 0xFFFFFFFF, bits ^ 0x80000000)\n",
         "    return torch.where(negative & (bits != 0x80000000), bits ^ 0xFFFFFFFF, bits ^ 0x80000000)\n",
