@@ -34,7 +34,8 @@ REFERENCE_TESTS = (
     "tests/test_reference_cp.py",
     "tests/test_nvfp4_format.py",
 )
-CP_TESTS = ("tests/test_cp_one_rank.py", "tests/test_guards.py")
+# (quick, sharp files first: pytest stops at the first failure, and the budget is per bug)
+CP_TESTS = ("tests/test_guards.py", "tests/test_cp_one_rank.py")
 RANK_TESTS = ("-m", "multirank", "tests/test_protocol_ranks.py", "-k", "changing or skipped or lag or table_edge")
 
 
