@@ -1,5 +1,6 @@
 """The Q8KV4 scorer contract (docs/DESIGN.md §4) as the reference implements it."""
 
+import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
@@ -35,7 +36,22 @@ def scorer_inputs(draw):
 
 @given(scorer_inputs())
 def test_stores_exactly_the_contract_columns(inputs):
-    tile, k_cache, table, lens = inputs
+    _check_contract_columns(*inputs)
+
+
+# Every offset where a slot's own page differs from the scored count (len % 128 in 1..8),
+# which random lengths rarely draw, plus a length past the table and non-positive ones.
+EDGE_LENS = [0, -3, 1, 8, 9, 128, 129, 135, 136, 137, 256, 257, 263, 264, 3 * 128 + 4, 14 * 128 + 7]
+
+
+@pytest.mark.parametrize("hs", [1, 4])
+def test_stores_exactly_the_contract_columns_at_page_edges(hs):
+    case = make_case(5, [8] * len(EDGE_LENS), heads=hs, query_len=8, pattern="random", table_width=6, num_blocks=5)
+    tile = query_tile(case.index_q, len(EDGE_LENS), 8)
+    _check_contract_columns(tile, case.k_cache, case.block_table, torch.tensor(EDGE_LENS, dtype=torch.int32))
+
+
+def _check_contract_columns(tile, k_cache, table, lens):
     b, _, hs, _ = tile.shape
     width = table.shape[1]
     out = torch.full((b, 8 * hs, width), POISON)
