@@ -354,14 +354,19 @@ class Outcome:
     seconds: float
 
 
-def apply(bug: Bug, root: Path) -> None:
-    """Patch ``bug`` into the tree at ``root``; ValueError if its snippet is not there once."""
-    path = root / bug.file
-    source = path.read_text()
+def patched(bug: Bug, root: Path = ROOT) -> str:
+    """``bug.file`` of the tree at ``root`` with the bug in it; ValueError if its snippet is
+    not there exactly once."""
+    source = (root / bug.file).read_text()
     count = source.count(bug.old)
     if count != 1:
         raise ValueError(f"bug {bug.name!r}: its snippet occurs {count} times in {bug.file} (the code moved?)")
-    path.write_text(source.replace(bug.old, bug.new))
+    return source.replace(bug.old, bug.new)
+
+
+def apply(bug: Bug, root: Path) -> None:
+    """Patch ``bug`` into the tree at ``root`` (``patched``'s check first)."""
+    (root / bug.file).write_text(patched(bug, root))
 
 
 def _first_failure(output: str) -> str:

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
 
 def _mutants(args) -> int:
     """``python -m fuzz mutants``: 0 if every bug run was killed or is a named equivalent."""
-    from .campaign import BUGS, EQUIVALENT, apply, campaign, rotating
+    from .campaign import BUGS, EQUIVALENT, campaign, patched, rotating
 
     bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
     if not bugs:
@@ -81,20 +81,11 @@ def _mutants(args) -> int:
         for b in bugs:
             print(f"{b.name:<56} {b.file:<28} {b.target}")
         return 0
-    import tempfile
-    from pathlib import Path
-
-    from .campaign import ROOT
-
     for b in bugs:  # every patch applies before anything runs (a moved snippet is an error)
-        with tempfile.TemporaryDirectory() as tmp:
-            target = Path(tmp) / b.file
-            target.parent.mkdir(parents=True)
-            target.write_text((ROOT / b.file).read_text())
-            try:
-                apply(b, Path(tmp))
-            except ValueError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 2
+        try:
+            patched(b)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
     outcomes = campaign(bugs, args.budget, fuzz=not args.no_fuzz)
     return 0 if all(o.killed or o.bug in EQUIVALENT for o in outcomes) else 1

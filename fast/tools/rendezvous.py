@@ -15,11 +15,9 @@ import triton
 import triton.language as tl
 
 from ..checks import spin_timeout
+from ..cp import DEFAULT_TIMEOUT_S  # the decode's bounds: a rendezvous waits as its spins do
 from ..kernels.device import clock_ns, deadline_ns, peer_ptr
 from ..symm import Symmetric
-
-# Seconds before the rendezvous gives up (as the decode's spins: fast.cp.DEFAULT_TIMEOUT_S).
-TIMEOUT_S = {"cuda": 2.0, "cpu": 30.0}
 
 
 @triton.jit(do_not_specialize=["epoch"])  # a new value every call: one compile
@@ -49,7 +47,7 @@ class Rendezvous:
         self.world, self.rank, self.device = symm.world, symm.rank, symm.device
         self.flags = symm.alloc(symm.world, torch.int64, 0)
         self.error = torch.zeros(1, dtype=torch.int32, device=self.device)
-        self.timeout_s = spin_timeout(TIMEOUT_S[self.device.type] if timeout_s is None else timeout_s)
+        self.timeout_s = spin_timeout(DEFAULT_TIMEOUT_S[self.device.type] if timeout_s is None else timeout_s)
         self.epoch = 0
 
     def __call__(self) -> None:
