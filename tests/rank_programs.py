@@ -129,11 +129,12 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
     step, timed). Step B: rank 1 never calls forward, so rank 0's exchange gives up after
     the state's time bound (rank 1 sleeps past it: a peer that only arrives late is no
     error). Step C: every rank again; rank 1's merge gives up too (rank 0, flagged, pushes
-    nothing). Each rank's check() must raise PeerTimeoutError; then
-    reset() on every rank and ``steps`` back-to-back forwards with new queries every step
-    (``step_queries(seed)``). Returns ``{"heads", "step_s": step A's seconds, "reported_s":
-    rank 0's seconds from step B's forward to check() raising (None elsewhere), "raised":
-    [exception names after B (rank 0) and C], "outs": the steps' outputs}``."""
+    nothing). Each rank's check() must raise PeerTimeoutError; then reset() on every rank
+    and ``steps`` back-to-back forwards with new queries every step (``step_queries(seed)``),
+    rank 1 pushing half a time bound late in steps 1 and 3. Returns ``{"heads", "step_s":
+    step A's seconds, "reported_s": rank 0's seconds from step B's forward to check()
+    raising (None elsewhere), "raised": [exception names after B (rank 0) and C], "outs":
+    the steps' outputs}``."""
     c = on_device(ctx.device, case)
     heads = c["index_q"].shape[1]
     owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
@@ -168,8 +169,18 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
     step()
     names.append(raised())
     state.reset()
+    # Rank 1's push of step C landed in rank 0's candidates after rank 0 gave up: only
+    # reset() clears them. In the odd steps after it (the set they are in) rank 1 pushes
+    # late, so a rank 0 that finds stale candidates there merges them instead of waiting.
+    push = state._push
+
+    def late_push(*args):
+        time.sleep(0.5 * state.timeout_s)
+        push(*args)
+
     outs = []
-    for queries in step_queries(case["index_q"].shape, steps, seed):
+    for i, queries in enumerate(step_queries(case["index_q"].shape, steps, seed)):
+        state._push = late_push if ctx.rank == 1 and i in (1, 3) else push
         outs.append(step(queries[:, owned].contiguous().to(ctx.device)).cpu())
     state.check()
     return {"heads": owned, "step_s": step_s, "reported_s": reported_s, "raised": names, "outs": outs}

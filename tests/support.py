@@ -1,7 +1,10 @@
-"""What the single-process test files share: the device they run on and the poison value
-for score columns a kernel must leave untouched."""
+"""What the single-process test files share: the device they run on, the poison value for
+score columns a kernel must leave untouched, and the guards' id bounds written out in Python."""
+
+import torch
 
 from fast.backend import default_device
+from indexer_constants import PAGE
 
 DEV = default_device()
 POISON = 1e30  # a column that keeps it was not written: read back, it would rank first
@@ -10,3 +13,17 @@ POISON = 1e30  # a column that keeps it was not written: read back, it would ran
 def on(x):
     """``x`` on the tests' device (the GPU if one is used, else the CPU)."""
     return x.to(DEV)
+
+
+def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:
+    """int32 [B, 4]: (min id, its first column, max id, its first column) over the columns a
+    request reads, j < min((len - 1) // 128, P); (0, -1, 0, -1) where it reads none."""
+    rows = []
+    for b in range(seq.shape[0]):
+        n = min(max((int(seq[b]) - 1) // PAGE, 0), p) if int(seq[b]) >= 1 else 0
+        ids = table[b, :n].tolist()
+        if not ids:
+            rows.append([0, -1, 0, -1])
+        else:
+            rows.append([min(ids), ids.index(min(ids)), max(ids), ids.index(max(ids))])
+    return torch.tensor(rows, dtype=torch.int32)

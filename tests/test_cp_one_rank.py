@@ -19,23 +19,9 @@ from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.cp import long_requests, plan_rank
 from reference.decode import query_tile
 from reference.selection import exact_keys, own_pages, top_keys
-from support import DEV, POISON, on
+from support import DEV, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
-
-
-def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:
-    """int32 [B, 4]: (min id, its first column, max id, its first column) over the columns a
-    request reads, j < min((len - 1) // 128, P); (0, -1, 0, -1) where it reads none."""
-    rows = []
-    for b in range(seq.shape[0]):
-        n = min(max((int(seq[b]) - 1) // PAGE, 0), p) if int(seq[b]) >= 1 else 0
-        ids = table[b, :n].tolist()
-        if not ids:
-            rows.append([0, -1, 0, -1])
-        else:
-            rows.append([min(ids), ids.index(min(ids)), max(ids), ids.index(max(ids))])
-    return torch.tensor(rows, dtype=torch.int32)
 
 
 @given(

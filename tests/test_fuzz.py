@@ -4,6 +4,7 @@ Each mutant runs in its own process (``python -m fuzz.mutants NAME``): a planted
 is only reliably undone by ending the process that ran it.
 """
 
+import datetime
 import json
 import subprocess
 import sys
@@ -91,11 +92,17 @@ def test_campaign_bugs_apply_once_and_their_names_are_unique():
     (a patch that no longer applies is an error, not a pass), and no two share a name."""
     from pathlib import Path
 
-    from fuzz.campaign import BUGS, patched, rotating
+    from fuzz.campaign import BUGS, CI_POOL, EQUIVALENT, patched, pytest_runs, rotating
 
     assert len(BUGS) >= 30 and len({b.name for b in BUGS}) == len(BUGS)
     for bug in BUGS:
         assert patched(bug) != Path(bug.file).read_text(), bug.name  # applies once, changes the file
     with pytest.raises(ValueError, match="occurs 0 times"):
         patched(BUGS[0].__class__("x", BUGS[0].file, "no such snippet", "", (), "reference"))
-    assert len({b.name for b in rotating(3)}) == 3
+    names = {b.name for b in BUGS}
+    assert set(CI_POOL) <= names and set(EQUIVALENT) <= names
+    # CI's bugs are killed by their first pytest run: a single-process one
+    assert all("multirank" not in pytest_runs(b)[0] for b in BUGS if b.name in CI_POOL)
+    day = datetime.date(2026, 12, 2)
+    windows = [{b.name for b in rotating(2, day + datetime.timedelta(days=d))} for d in range(len(CI_POOL))]
+    assert all(len(w) == 2 for w in windows) and set().union(*windows) == set(CI_POOL)

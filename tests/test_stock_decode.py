@@ -10,9 +10,10 @@ import reference
 from fast.select.policy import SelectShape
 from fast.stock import StockDecode
 from fuzz.strategies import DecodeConfig, decode_configs
+from indexer_constants import PAGE
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.selection import own_pages, select
-from support import DEV, POISON, on
+from support import DEV, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
 
@@ -97,3 +98,18 @@ def test_stage_times_name_the_stock_stages():
     sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, 1, stage_times=times)
     assert set(times) == {"score", "select"} and all(t >= 0 for t in times.values())
     assert torch.equal(out.cpu(), reference.stock_decode(*case.args()))
+
+
+@pytest.mark.parametrize("pages", [-1, 0, 1, 23, 24, 25, 64])
+def test_stock_plan_bounds_stop_at_the_table(pages):
+    """The stock plan's id bounds (the guards' input) cover the columns a request reads and
+    no more: a length past the table (P = 24 here) reads its P columns, never the next row's
+    (every row's ids are its own, and rows follow in memory, so a bound that strays names a
+    foreign id)."""
+    batch, width = 3, 24
+    rows = torch.arange((batch + 3) * width, dtype=torch.int32).view(batch + 3, width)
+    table = on((rows * 7) % 97 + 1000 * torch.arange(batch + 3, dtype=torch.int32)[:, None])[:batch]
+    seq = torch.tensor([pages * PAGE + 1, pages * PAGE, 5 * PAGE + 3], dtype=torch.int32)
+    sd = StockDecode(heads=1, max_reqs=batch, device=DEV)
+    plan = sd.plan(table, on(seq))
+    assert torch.equal(plan.bounds.cpu(), id_bounds(table.cpu(), seq, width))
