@@ -14,7 +14,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "scorer.sass"
-    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump)]
+    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "REG:" in done.stdout and "HGMMA" in done.stdout and "PRMT" in done.stdout
@@ -33,6 +33,14 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
             and "main loop" in done.stdout
             and "a program of 4 pages: ~" in done.stdout
         )
+        # the budget by part (the listing's source lines): every part named, the page's
+        # instructions all attributed to one (none left over), the decode the largest
+        parts = dict(re.findall(r"^  (\w+) +(\d+) +\d+$", done.stdout, flags=re.M))
+        total = re.search(r"^  total +(\d+) +(\d+)  = [\d.]+ of the issue budget", done.stdout, flags=re.M)
+        assert set(parts) == {"loads", "decode", "MMA", "maximum", "setup", "loop", "epilogue", "other"}, done.stdout
+        counts = {k: int(v) for k, v in parts.items()}
+        assert total and abs(sum(counts.values()) - int(total.group(1))) <= len(counts)  # (each rounded)
+        assert max(counts, key=counts.get) == "decode" and counts["MMA"] > 0 and counts["other"] == 0
     else:
         assert stores > 16  # tl.dot stages the tile: the difference the test above relies on
 
@@ -128,3 +136,20 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
+
+
+def test_pipe_rate_loops_are_the_instruction_under_test():
+    """``python -m fast.tools.pipe_rates`` times loops of one instruction each: compiled for
+    sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints
+    would be some other instruction's)."""
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)  # Triton's compiler, not the interpreter
+    cmd = [sys.executable, "-m", "fast.tools.pipe_rates", "--compile-only"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    expect = {"fma.f32": "FFMA", "imad": "IMAD", "prmt": "PRMT", "lop3": "LOP3", "cvt.e4m3x2": "F2FP"}
+    loops = dict(re.findall(r"^(\S+) +loop: (.*)$", done.stdout, flags=re.M))
+    assert set(loops) == set(expect), done.stdout
+    for step, op in expect.items():
+        mix = {name: int(n) for name, n in (item.split() for item in loops[step].split(", "))}
+        assert mix.get(op, 0) >= 0.9 * sum(mix.values()), (step, mix)

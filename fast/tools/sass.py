@@ -82,11 +82,13 @@ def scorer_sass(
     depth: int | None = None,
     first_slot: int = 0,
     pdl: bool = False,
+    lines: bool = False,
 ) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
-    pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait)."""
+    pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait;
+    lines: the listing carries nvdisasm's source lines, for ``source_parts``)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -119,11 +121,16 @@ def scorer_sass(
         signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
         src = ASTSource(fn=score_kernel_prmt, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
+    return _resources(kernel.asm["cubin"]), disassemble(kernel.asm["cubin"], lines)
+
+
+def disassemble(cubin: bytes, lines: bool = False) -> str:
+    """nvdisasm's listing of a cubin (lines: with its source lines)."""
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(kernel.asm["cubin"])
+        f.write(cubin)
         f.flush()
-        sass = subprocess.run([_tool("nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True).stdout
-    return _resources(kernel.asm["cubin"]), sass
+        flags = ["-c", "--print-line-info"] if lines else ["-c"]
+        return subprocess.run([_tool("nvdisasm"), *flags, f.name], capture_output=True, text=True, check=True).stdout
 
 
 def _resources(cubin: bytes) -> str:
@@ -251,21 +258,117 @@ def instruction_mix(sass: str) -> collections.Counter:
 _OP = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
 
+def main_loop_span(sass: str, mma: bool = True) -> range:
+    """The listing's line numbers (of ``sass.splitlines()``) from the label of its longest
+    loop that multiplies (an MMA in it; any loop where not ``mma``) to that loop's backward
+    branch; empty if none."""
+    lines = sass.splitlines()
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
+    best, size = range(0), 0
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
+        if m and labels.get(m.group(1), i) < i:
+            ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
+            if (not mma or any(op.endswith("MMA") for op in ops)) and len(ops) > size:
+                best, size = range(labels[m.group(1)], i + 1), len(ops)
+    return best
+
+
 def main_loop_mix(sass: str) -> collections.Counter:
     """Opcode -> count over the longest loop of the listing (label to its backward branch)
     that multiplies (an MMA in it): in the wgmma scorer, one page per trip — the
     instructions per page and thread that fast/tools/PERF.md counts. Empty if the listing has no
     such loop (the scorer at N = 8: its pages unrolled)."""
     lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
-    best: list[str] = []
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
-            if any(op.endswith("MMA") for op in ops):
-                best = max(best, ops, key=len)
-    return collections.Counter(best)
+    return collections.Counter(op.group(1) for i in main_loop_span(sass) if (op := _OP.match(lines[i])))
+
+
+# The wgmma scorer's parts (the budget table of fast/tools/PERF.md), by the function whose
+# source line issues an instruction (nvdisasm's line info: the innermost line, inlining
+# undone), the MMAs by their opcodes. A line of the kernel itself is its setup before the
+# page loop, the loop's own control, or the epilogue after it; a line of Triton's library
+# (a reduction's combine) is the maximum's.
+_FUNCTION_PART = {
+    "_load_block": "loads",
+    "_load_nth_block": "loads",
+    "_advance": "loads",
+    "_dequant_fragment": "decode",
+    "_fragment": "decode",
+    "_page_max": "maximum",
+}
+PARTS = ("loads", "decode", "MMA", "maximum", "setup", "loop", "epilogue", "other")
+_MMA_OPS = {"HMMA", "HGMMA", "WARPGROUP"}
+# The integer / logic and compare / select opcodes, which the ALU pipe issues at half the
+# rate of the schedulers (16 lanes a partition on sm_90), conversions to fp16 included.
+ALU_OPS = {"LOP3", "PLOP3", "PRMT", "F2FP", "SHF", "IADD3", "LEA", "ISETP", "SEL", "FMNMX", "FSEL", "FSETP"}
+_FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+
+
+def _scorer_line_parts() -> dict[int, str]:
+    """Line number of fast/kernels/scorer_wgmma.py -> its part."""
+    import ast
+    import inspect
+
+    from ..kernels import scorer_wgmma
+
+    source = inspect.getsource(scorer_wgmma)
+    text = source.splitlines()
+    parts: dict[int, str] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        lines = range(node.lineno, node.end_lineno + 1)
+        if node.name == "score_kernel_wgmma":  # setup | the page loops | the epilogue
+            start = next(i for i in lines if text[i - 1].strip().startswith("for i in "))
+            end = next(i for i in lines if text[i - 1].strip().startswith("if LOADS_ONLY:"))
+            parts.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
+            continue
+        for i in lines:
+            code = text[i - 1]
+            if node.name == "_dequant_fragment" and "gl.load(" in code:
+                parts[i] = "loads"  # the scale tables, from L1
+            elif node.name == "_block":
+                parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
+            else:
+                parts[i] = _FUNCTION_PART.get(node.name, "other")
+    return parts
+
+
+def source_parts(sass: str, span: range | None = None, alu: bool = False) -> collections.Counter:
+    """Part (``PARTS``) -> instructions, over a listing with line info (``scorer_sass(...,
+    lines=True)``), or over its lines ``span`` only (``main_loop_span``); alu: only those of
+    ``ALU_OPS``."""
+    by_line = _scorer_line_parts()
+    counts: collections.Counter = collections.Counter()
+    part = "other"
+    for i, line in enumerate(sass.splitlines()):
+        if m := _FILE_LINE.search(line):
+            path, number = m.group(1), int(m.group(2))
+            if path.endswith("kernels/scorer_wgmma.py"):
+                part = by_line.get(number, "other")
+            elif "/triton/language/" in path:
+                part = "maximum"  # a reduction's combine (gl.max)
+            else:
+                part = "other"
+        elif (op := _OP.match(line)) and (span is None or i in span) and (not alu or op.group(1) in ALU_OPS):
+            # ptxas moves the MMAs' line info onto its neighbours': the MMAs by opcode
+            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
+    return counts
+
+
+# Instructions a page and thread may take at the read ceiling: a page every ~540 cycles per
+# SM (PERF.md's budget) and 4 schedulers issuing one warp instruction a cycle, over a
+# program's 4 warps; of them ALU_OPS at half that rate.
+ISSUE_BUDGET = 540
+ALU_BUDGET = ISSUE_BUDGET // 2
+
+
+def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]:
+    """Part -> instructions (alu: of ``ALU_OPS``) per page and thread of a program of
+    ``pages`` pages: the listing once, its page loop (if any) ``pages - 1`` more times, over
+    ``pages``."""
+    whole, loop = source_parts(sass, alu=alu), source_parts(sass, main_loop_span(sass), alu=alu)
+    return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
 
 
 def main(argv=None) -> int:
@@ -281,13 +384,22 @@ def main(argv=None) -> int:
         "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
     )
     parser.add_argument("--dump", help="write the SASS here")
+    parser.add_argument("--parts", action="store_true", help="wgmma: instructions a page by part, against the budget")
     parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
     args = parser.parse_args(argv)
     if args.kernels:
         print("\n".join(compile_kernels()))
         return 0
     usage, sass = scorer_sass(
-        args.kernel, args.hs, args.tokens, args.pages, args.warps, args.depth, args.first_slot, args.pdl
+        args.kernel,
+        args.hs,
+        args.tokens,
+        args.pages,
+        args.warps,
+        args.depth,
+        args.first_slot,
+        args.pdl,
+        args.parts,
     )
     print(
         f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''} "
@@ -304,6 +416,17 @@ def main(argv=None) -> int:
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(
             f"a program of {pages} pages{'' if loop else ' (unrolled: the listing)'}: ~{total} instructions per thread"
+        )
+    if args.parts and args.kernel == "wgmma":
+        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
+        every, alu = parts_per_page(sass, pages), parts_per_page(sass, pages, alu=True)
+        print(f"per page and thread, a program of {pages} pages: all instructions, and the ALU pipe's")
+        for part in PARTS:
+            print(f"  {part:<9} {every[part]:6.0f} {alu[part]:6.0f}")
+        total, total_alu = sum(every.values()), sum(alu.values())
+        print(
+            f"  {'total':<9} {total:6.0f} {total_alu:6.0f}  = {total / ISSUE_BUDGET:.2f} of the issue budget"
+            f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
         )
     if args.dump:
         with open(args.dump, "w") as f:
