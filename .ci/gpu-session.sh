@@ -36,7 +36,7 @@ for s in "$@"; do
     ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from fast.tools.bench import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
     pipes) stage pipes 120 "python3 -m fast.tools.pipe_rates" ;;
     ncu-pipes) stage ncu-pipes 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --metrics regex:sm__inst_executed_pipe_.*sum.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active python3 -c \"from fast.tools.bench import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
-    scorer) stage scorer 300 "python3 -m fast bench --world 1 --contexts 131072 1048576 --batches 8 32 --out $OUT/scorer" ;;
+    scorer) stage scorer 420 "python3 -m fast bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;

@@ -27,3 +27,9 @@ def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:
         else:
             rows.append([min(ids), ids.index(min(ids)), max(ids), ids.index(max(ids))])
     return torch.tensor(rows, dtype=torch.int32)
+
+
+# Lengths whose rows sit on both sides of the short / long edge (a row is short while its
+# own page + 1 <= 16): at query_len 2, 16 * 128 + 1 has a short row (own 15) and a long one
+# (own 16); 16 * 128 two short ones, 16 * 128 + 2 two long ones.
+EDGE_ROW_LENS = [2, 3, 3 * PAGE + 6, 16 * PAGE, 16 * PAGE + 1, 16 * PAGE + 2, 30 * PAGE + 8]

@@ -19,7 +19,7 @@ from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.cp import long_requests, plan_rank
 from reference.decode import query_tile
 from reference.selection import exact_keys, own_pages, top_keys
-from support import DEV, POISON, id_bounds, on
+from support import DEV, EDGE_ROW_LENS, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
 
@@ -235,3 +235,15 @@ def test_push_writes_only_its_long_rows_slots(split):
     want = torch.zeros_like(pushed)
     want[0:q] = True  # request 0: long and good; 1 short, 2 padding, 3 a bad id, 4 a bad length
     assert torch.equal(pushed, want)
+
+
+def test_rows_at_the_short_long_edge_equal_the_oracle():
+    """Short rows (written from their lengths, no push) and long ones (pushed, merged) side
+    by side, a request with one of each included (support.EDGE_ROW_LENS)."""
+    case = make_case(17, EDGE_ROW_LENS, query_len=2, heads=2, pattern="exact")
+    state = IndexerDecodeCP(heads=2, max_reqs=len(EDGE_ROW_LENS), symm=SingleRankSymmetric(DEV))
+    out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+    plan = state.plan(on(case.block_table), on(case.seq_lens))
+    state.forward(state.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    state.check()
+    assert torch.equal(out.cpu(), reference.full_decode(*case.args()))

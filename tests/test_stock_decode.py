@@ -13,7 +13,7 @@ from fuzz.strategies import DecodeConfig, decode_configs
 from indexer_constants import PAGE
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.selection import own_pages, select
-from support import DEV, POISON, id_bounds, on
+from support import DEV, EDGE_ROW_LENS, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
 
@@ -113,3 +113,15 @@ def test_stock_plan_bounds_stop_at_the_table(pages):
     sd = StockDecode(heads=1, max_reqs=batch, device=DEV)
     plan = sd.plan(table, on(seq))
     assert torch.equal(plan.bounds.cpu(), id_bounds(table.cpu(), seq, width))
+
+
+def test_rows_at_the_short_long_edge_equal_the_reference():
+    """Short rows (written from their lengths) and long ones (selected) side by side, a
+    request with one of each included (support.EDGE_ROW_LENS)."""
+    case = make_case(17, EDGE_ROW_LENS, query_len=2, heads=2, pattern="exact")
+    sd = StockDecode(heads=2, max_reqs=len(EDGE_ROW_LENS), device=DEV)
+    out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+    plan = sd.plan(on(case.block_table), on(case.seq_lens))
+    sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    sd.check()
+    assert torch.equal(out.cpu(), reference.stock_decode(*case.args()))
