@@ -42,6 +42,7 @@ CP_TESTS = ("tests/test_guards.py", "tests/test_cp_one_rank.py")
 # lagging rank, a rank skipping an all-short step, lengths past the table on every rank.
 RANK_TESTS = ("-m multirank tests/test_protocol_ranks.py -k 'cp2-h1 or waits_for_nobody or table_edge'",)
 MISSING_PEER = ("-m multirank tests/test_protocol_ranks.py -k missing_peer",)
+FLAGGED = ("-m multirank tests/test_protocol_ranks.py -k waits_for_nothing_again",)
 
 
 @dataclass(frozen=True)
@@ -291,6 +292,22 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         "    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words\n",
         "    w = (RANK // R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words\n",
         RANK_TESTS,
+        "protocol",
+    ),
+    Bug(
+        "an exchange that gave up waits again",
+        "fast/kernels/cp.py",
+        "        deadline = tl.where(worst != 0, 0, deadline_ns(timeout_ns, WALL))\n",
+        "        deadline = deadline_ns(timeout_ns, WALL)\n",
+        FLAGGED,
+        "protocol",
+    ),
+    Bug(
+        "a merge that gave up waits again",
+        "fast/kernels/cp.py",
+        "        deadline = tl.where(failed, 0, deadline_ns(timeout_ns, WALL))\n",
+        "        deadline = deadline_ns(timeout_ns, WALL)\n",
+        FLAGGED,
         "protocol",
     ),
     Bug(

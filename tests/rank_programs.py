@@ -186,6 +186,46 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
     return {"heads": owned, "step_s": step_s, "reported_s": reported_s, "raised": names, "outs": outs}
 
 
+def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> dict:
+    """A rank whose spin gave up waits for nothing again. Step A: every rank. Step B: rank 1
+    never calls forward, so rank 0's exchange gives up after ``timeout_s``; rank 0 then runs
+    ``steps`` more steps alone (timed: each must skip its spins, not wait the bound again)
+    while rank 1 waits in reset(). Then one step on every rank, which must be exact.
+    Returns ``{"heads", "flagged_s": rank 0's seconds for its lone steps (None elsewhere),
+    "step_s": step A's seconds, "raised": rank 0's exception name after them, "outs":
+    [the lone steps' outputs (rank 0), the step after reset]}``."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, spin_timeout_s=timeout_s)
+    layer = state.new_layer()
+    q = c["index_q"][:, owned].contiguous()
+
+    def step():
+        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
+        state.forward(layer, state.plan(c["block_table"], c["seq_lens"]), q, c["k_cache"], out, c["query_len"])
+        return out.cpu()
+
+    start = time.monotonic()
+    step()
+    state.check()
+    step_s = time.monotonic() - start
+    outs, flagged_s, raised = [], None, None
+    if ctx.rank == 0:
+        step()  # B: gives up after the bound
+        start = time.monotonic()
+        outs = [step() for _ in range(steps)]
+        flagged_s = time.monotonic() - start
+        try:
+            state.check()
+        except PeerTimeoutError as e:
+            raised = type(e).__name__
+    state.reset()  # (rank 1 waits in its first barrier until rank 0's lone steps are done)
+    outs.append(step())
+    state.check()
+    return {"heads": owned, "flagged_s": flagged_s, "step_s": step_s, "raised": raised, "outs": outs}
+
+
 def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
     """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)

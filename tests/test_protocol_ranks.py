@@ -21,6 +21,7 @@ from fuzz.strategies import decode_configs
 from rank_programs import (
     bad_input_then_reset_on_rank,
     changing_queries_on_rank,
+    flagged_steps_on_rank,
     graph_replay_on_rank,
     short_step_skipped_on_rank,
     stages_after_forward_on_rank,
@@ -237,6 +238,22 @@ def test_missing_peer_is_reported_within_the_bound_and_reset_recovers():
         want = reference.full_decode(q, case.k_cache, case.block_table, case.seq_lens, case.query_len)
         got = assemble([{"heads": r["heads"], "out": r["outs"][i]} for r in results], 2)
         assert torch.equal(got, want), f"step {i} after reset differs from the oracle"
+
+
+def test_a_rank_that_gave_up_waits_for_nothing_again():
+    """After its exchange gave up on a missing peer, rank 0 runs 2 more steps alone: each
+    skips its spins (rows -1, the record kept), so they take a step's time each, not the
+    bound each (a model's layers would pay it in every layer). reset() on both ranks, then
+    a step equal to the oracle."""
+    case = make_case(10, [seq_len_for(18, 3), seq_len_for(4, 0)], query_len=1, heads=2, pattern="exact")
+    bound, steps = 2.0, 2
+    results = pool(2).run(flagged_steps_on_rank, case.to_dict(), timeout_s=bound, steps=steps)
+    r0 = results[0]
+    print(f"{steps} lone steps after a timeout: {r0['flagged_s']:.2f} s (bound {bound} s, a step {r0['step_s']:.2f} s)")
+    assert r0["raised"] == "PeerTimeoutError" and r0["flagged_s"] < steps * bound, r0["flagged_s"]
+    assert all(bool((o == -1).all()) for o in r0["outs"][:-1])
+    got = assemble([{"heads": r["heads"], "out": r["outs"][-1]} for r in results], 2)
+    assert torch.equal(got, reference.full_decode(*case.args()))
 
 
 # (test_guards.py runs every kind in one process; two suffice to hold the ranks to one verdict)

@@ -131,7 +131,8 @@ def q_exchange_kernel(
     PDL: tl.constexpr,
 ):
     """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
-    then wait until this rank's own tile row holds no 0xFF byte; other rows do nothing.
+    then wait until this rank's own tile row holds no 0xFF byte (not at all once a spin of
+    this rank has given up: the record's protocol word is set); other rows do nothing.
     Every program copies the parity into ``current`` (the set of this step's later kernels).
 
     It releases the scorer as soon as its own wait is over: the scorer loads the lengths,
@@ -166,11 +167,17 @@ def q_exchange_kernel(
             tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * _WORDS + w[None, :])[None, :, :]
         )  # [CP, HR, 32 / R]
         tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, _WORDS // R]))
+        # A spin of this rank already gave up (an earlier step's or layer's): do not wait
+        # again. Its push sends nothing and its merge writes -1 until reset(), so the peers
+        # time out as they would anyway; waiting the bound in every later exchange would
+        # make each of them cost the bound. Read as a block and reduced to one verdict
+        # (as the merge reads it): warps that disagreed would split the poll's reductions.
+        worst = tl.max(tl.load(err_ptr + tl.zeros([H * _WORDS], tl.int32), volatile=True), axis=0)
         pending = has_ff_byte(tl.load(local, volatile=True))
-        deadline = deadline_ns(timeout_ns, WALL)
+        deadline = tl.where(worst != 0, 0, deadline_ns(timeout_ns, WALL))
         while pending & (clock_ns(WALL) < deadline):
             pending = has_ff_byte(tl.load(local, volatile=True))
-        if pending:
+        if pending & (worst == 0):  # the first spin to give up names itself
             tl.store(err_ptr, _ERR_Q)
 
 
@@ -368,11 +375,11 @@ def merge_kernel(
     bad length or block id (``guards.request_verdict``), which is also recorded in the
     error record and pushed by no rank, so it waits for nothing.
 
-    A row whose program finds the protocol's error flag set (by an earlier kernel, another program's
-    timeout or its own) is written -1, short rows included: after a timeout the buffers may
-    hold stale keys, and the flag stays set until the host rebuilds the state. A row merged
-    before another program's timeout set the flag keeps its output, which is exact (its
-    candidates had all arrived). No program waits for the others: a count of who finishes
+    A row whose program finds the protocol's error flag set (by an earlier kernel, another
+    program's timeout or its own) is written -1 without waiting, short rows included: after
+    a timeout the buffers may hold stale keys, and the flag stays set until ``reset()``. A
+    row merged before another program's timeout set the flag keeps its output, which is
+    exact (its candidates had all arrived). No program waits for the others: a count of who finishes
     last (to fill every row and flip the parity once) would put an atomic round trip on
     every layer's critical path.
 
