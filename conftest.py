@@ -31,7 +31,7 @@ _pin_xdist_worker_to_one_gpu()
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, Phase, settings  # noqa: E402
 
 from fast.backend import gpu_count, select_backend  # noqa: E402
 
@@ -42,10 +42,15 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 
 # dev: quick local runs. ci: derandomized and bounded, so CI is reproducible and its time
-# is predictable. fuzz: many examples, with a database under the repository (git-ignored).
+# is predictable. campaign: ci without shrinking (the mutation campaign needs a failure,
+# not its smallest example: shrinking under the interpreter can take minutes). fuzz: many
+# examples, with a database under the repository (git-ignored).
 _COMMON = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("dev", max_examples=30, **_COMMON)
 settings.register_profile("ci", max_examples=40, derandomize=True, database=None, print_blob=True, **_COMMON)
+settings.register_profile(
+    "campaign", max_examples=40, derandomize=True, database=None, phases=(Phase.explicit, Phase.generate), **_COMMON
+)
 settings.register_profile("fuzz", max_examples=5000, print_blob=True, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 

@@ -25,7 +25,8 @@ for s in "$@"; do
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_scorer.py tests/test_gpu_graphs.py tests/test_scorer.py tests/test_select_levels.py tests/test_warp_select.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_bad_inputs.py tests/test_guards.py" ;;
     guards) stage guards 300 "python3 -m pytest -q -n 4 tests/test_guards.py tests/test_bad_inputs.py -p no:cacheprovider" ;;
     sanitizer-guards) stage sanitizer-guards 400 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_guards.py -p no:cacheprovider" ;;
-    guards-ranks) stage guards-ranks 400 "python3 -m pytest -v -s -m multirank -k 'missing_peer or bad_device' -p no:cacheprovider" ;;
+    guards-ranks) stage guards-ranks 400 "python3 -m pytest -v -s -m multirank -k 'missing_peer or bad_device or waits_for_nothing' -p no:cacheprovider" ;;
+    exchange) stage exchange 420 "python3 -m pytest -q -n 4 tests/test_cp_one_rank.py tests/test_guards.py -p no:cacheprovider && python3 -m pytest -v -s -m 'multirank and not slow' -k 'missing_peer or bad_device or waits_for_nothing or replicas or back_to_back or cp_equals_oracle or table_edge' -p no:cacheprovider" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k "stock_topk or cp1 or replay"" ;;

@@ -65,6 +65,27 @@ def test_stock_select_by_hand_where_the_range_decides(split):
     assert out.cpu()[0, 0].tolist() == RANGE_OUT
 
 
+@pytest.mark.parametrize("split", [2, 4])
+def test_split_slices_longer_than_a_chunk_equal_the_reference(split):
+    """Rows split over programs whose slices (96 columns rounded up to 128, over 2 or 4
+    programs) are longer than a chunk of 16, so each slice takes the three levels and hands
+    its keys on as the row's (its column numbers shifted by the slice's first): the stock
+    rule on the same scores, deterministic (a hypothesis draw reaches this shape rarely)."""
+    width, heads = 96, 2
+    gen = torch.Generator().manual_seed(split)
+    lens = torch.tensor([width * 128 + 5, 40 * 128 + 1, 17 * 128 + 9], dtype=torch.int32)
+    sd = StockDecode(heads=heads, max_reqs=3, device=DEV, split=split)
+    plan = sd.plan(on(torch.zeros(3, width, dtype=torch.int32)), on(lens))
+    sd.shape = SelectShape.for_width(sd.width, 16)
+    scores = torch.randn(plan.scores.shape, generator=gen)
+    plan.scores.copy_(on(scores))
+    out = on(torch.full((3, heads, 16), -7, dtype=torch.int32))
+    sd.select(plan, out, 1, num_blocks=1)
+    rows = scores.view(3, 8, heads, width)[:, 7].reshape(3 * heads, width)
+    own = own_pages(lens, 1).repeat_interleave(heads)
+    assert torch.equal(out.cpu().view(-1, 16), select(rows, own, width, key="stock"))
+
+
 def test_split_stock_topk_rearms_and_repeats():
     """A split select leaves its slice counts at zero, so the next call (a graph replay)
     selects again — to the same pages as the unsplit select."""
