@@ -15,6 +15,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -559,16 +560,35 @@ def run_bug(bug: Bug, budget_s: float = 600.0, fuzz: bool = True) -> Outcome:
             left = budget_s - (time.monotonic() - start)
             if left <= 0:
                 return Outcome(bug.name, False, "time budget spent", time.monotonic() - start)
-            try:
-                done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=left)
-            except subprocess.TimeoutExpired:
+            code, stdout = _run_group(cmd, root, env, left)
+            if code is None:
                 return Outcome(bug.name, False, "time budget spent", time.monotonic() - start)
-            if done.returncode == 5:  # pytest collected nothing: the bug's tests moved
+            if code == 5:  # pytest collected nothing: the bug's tests moved
                 raise ValueError(f"bug {bug.name!r}: no test selected by {' '.join(bug.tests)}")
-            if done.returncode != 0:
-                by = _first_failure(done.stdout) if "pytest" in cmd[2] else f"fuzz {bug.target}"
+            if code != 0:
+                by = _first_failure(stdout) if "pytest" in cmd[2] else f"fuzz {bug.target}"
                 return Outcome(bug.name, True, by, time.monotonic() - start)
     return Outcome(bug.name, False, "-", time.monotonic() - start)
+
+
+def _run_group(cmd: list[str], cwd: Path, env: dict, timeout_s: float) -> tuple[int | None, str]:
+    """(exit status, stdout) of ``cmd`` in a process group of its own, or (None, ...) past
+    ``timeout_s`` — then the whole group is killed: a multi-rank test's ranks (the test
+    process's children) would otherwise outlive it, spinning, and slow every later bug."""
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=timeout_s)
+        return proc.returncode, stdout
+    except subprocess.TimeoutExpired:
+        return None, ""
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of the group is left
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
 
 def rotating(count: int, day: datetime.date | None = None) -> list[Bug]:
