@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--smoke", action="store_true", help="a target at its smoke budget (make fuzz-smoke's)")
-    mutants = parser.add_argument_group("mutants (the mutation campaign: fuzz/campaign.py)")
+    mutants = parser.add_argument_group("mutants (the mutation campaign: fuzz/campaign.py, fuzz/bugs.py)")
     mutants.add_argument("--only", help="the bugs whose name contains this")
     mutants.add_argument("--rotate", type=int, help="this many bugs, a different window each day (CI)")
     mutants.add_argument("--budget", type=float, default=600.0, help="seconds per bug (its tests and its fuzz smoke)")
@@ -71,7 +71,8 @@ def main(argv=None) -> int:
 
 def _mutants(args) -> int:
     """``python -m fuzz mutants``: 0 if every bug run was killed or is a named equivalent."""
-    from .campaign import BUGS, EQUIVALENT, campaign, patched, rotating
+    from .bugs import BUGS, EQUIVALENT
+    from .campaign import campaign, patched, rotating
 
     bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
     if not bugs:

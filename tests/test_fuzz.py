@@ -92,7 +92,8 @@ def test_campaign_bugs_apply_once_and_their_names_are_unique():
     (a patch that no longer applies is an error, not a pass), and no two share a name."""
     from pathlib import Path
 
-    from fuzz.campaign import BUGS, CI_POOL, EQUIVALENT, patched, pytest_runs, rotating
+    from fuzz.bugs import BUGS, CI_POOL, EQUIVALENT
+    from fuzz.campaign import patched, pytest_runs, rotating
 
     assert len(BUGS) >= 30 and len({b.name for b in BUGS}) == len(BUGS)
     for bug in BUGS:
