@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from dataclasses import dataclass
 from types import SimpleNamespace
 
 import torch
@@ -21,6 +22,39 @@ from fast.tools.programs import on_device
 from reference.cases import make_case
 
 
+@dataclass
+class OneLayer:
+    """This rank's part of a case: ``c`` (the case on this rank's device), ``owned`` (this
+    rank's heads), a CP ``state`` with one ``layer``, and ``q`` (this rank's queries,
+    float8_e4m3fn [rows, Hr, 128])."""
+
+    c: dict
+    owned: list[int]
+    state: IndexerDecodeCP
+    layer: object
+    q: torch.Tensor
+
+    def step(self, queries=None, table=None, lens=None) -> torch.Tensor:
+        """One forward on a fresh plan: ``queries`` (this rank's heads, on its device; ``q``
+        where None), ``table`` and ``lens`` (the case's where None). Returns ``out``, int32
+        [rows, Hr, 16] on the device, prefilled with -7."""
+        c, queries = self.c, self.q if queries is None else queries
+        table = c["block_table"] if table is None else table
+        lens = c["seq_lens"] if lens is None else lens
+        out = torch.full((queries.shape[0], len(self.owned), 16), -7, dtype=torch.int32, device=queries.device)
+        self.state.forward(self.layer, self.state.plan(table, lens), queries, c["k_cache"], out, c["query_len"])
+        return out
+
+
+def one_layer(ctx, case: dict, **state_options) -> OneLayer:
+    """``OneLayer`` of ``case`` on this rank; state_options: ``IndexerDecodeCP`` keywords."""
+    c = on_device(ctx.device, case)
+    heads = c["index_q"].shape[1]
+    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
+    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, **state_options)
+    return OneLayer(c, owned, state, state.new_layer(), c["index_q"][:, owned].contiguous())
+
+
 def changing_queries_on_rank(
     ctx, case: dict, short_lens: torch.Tensor, *, steps: int, seed: int, lag: dict | None = None, pdl: bool = False
 ) -> list[torch.Tensor]:
@@ -32,20 +66,14 @@ def changing_queries_on_rank(
     two later uses the same buffer set with long rows, so a query store that landed after
     that re-arm would be scored as if fresh — repeating one query would hide it. ``lag``:
     seconds this rank sleeps before each step, by rank (a peer that falls behind)."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
-    layer = state.new_layer()
+    rank = one_layer(ctx, case, pdl=pdl)
     short = short_lens.to(ctx.device)
     outs = []
     for step, q in enumerate(step_queries(case["index_q"].shape, steps, seed)):
         time.sleep((lag or {}).get(ctx.rank, 0.0))
-        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-        plan = state.plan(c["block_table"], short if (step // 2) % 2 == 0 else c["seq_lens"])
-        state.forward(layer, plan, q[:, owned].contiguous().to(ctx.device), c["k_cache"], out, c["query_len"])
-        outs.append(out)
-    state.check()
+        queries = q[:, rank.owned].contiguous().to(ctx.device)
+        outs.append(rank.step(queries, lens=short if (step // 2) % 2 == 0 else None))
+    rank.state.check()
     return [o.cpu() for o in outs]
 
 
@@ -54,13 +82,9 @@ def stages_after_forward_on_rank(ctx, case: dict, *, pdl: bool = False) -> list[
     benchmark's overhead by stage) twice on the scores it left; each run's ``{"heads",
     "out"}`` (int32 [rows, Hr, 16]), forward's first. The stages' runs land in the layer's
     other buffer set and then back in the forward's, so both sets' re-arms are checked."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
-    layer = state.new_layer()
+    rank = one_layer(ctx, case, pdl=pdl)
+    c, owned, state, layer, q = rank.c, rank.owned, rank.state, rank.layer, rank.q
     plan = state.plan(c["block_table"], c["seq_lens"])
-    q = c["index_q"][:, owned].contiguous()
     outs = [torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device) for _ in range(3)]
     state.forward(layer, plan, q, c["k_cache"], outs[0], c["query_len"])
     for out in outs[1:]:
@@ -78,23 +102,14 @@ def short_step_skipped_on_rank(ctx, case: dict, short_lens: torch.Tensor, *, ski
     other ranks finish it alone and every rank meets again in the third step. Returns
     ``{"heads", "outs": 3 x int32 [rows, Hr, 16] (None where skipped), "parity": the
     layer's parity after each step}``."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, pdl=pdl)
-    layer = state.new_layer()
-    q = c["index_q"][:, owned].contiguous()
+    rank = one_layer(ctx, case, pdl=pdl)
     outs, parity = [], []
-    for step, lens in enumerate([c["seq_lens"], short_lens.to(ctx.device), c["seq_lens"]]):
-        out = None
-        if not (step == 1 and ctx.rank == skip_rank):
-            out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-            state.forward(layer, state.plan(c["block_table"], lens), q, c["k_cache"], out, c["query_len"])
-            out = out.cpu()
-        outs.append(out)
-        parity.append(int(layer.parity.item()))
-    state.check()
-    return {"heads": owned, "outs": outs, "parity": parity}
+    for step, lens in enumerate([None, short_lens.to(ctx.device), None]):
+        skipped = step == 1 and ctx.rank == skip_rank
+        outs.append(None if skipped else rank.step(lens=lens).cpu())
+        parity.append(int(rank.layer.parity.item()))
+    rank.state.check()
+    return {"heads": rank.owned, "outs": outs, "parity": parity}
 
 
 def bad_input_then_reset_on_rank(ctx, case: dict, bad_table: torch.Tensor, bad_lens: torch.Tensor) -> dict:
@@ -102,18 +117,11 @@ def bad_input_then_reset_on_rank(ctx, case: dict, bad_table: torch.Tensor, bad_l
     device sees are bad), then — after check() raised and a collective reset() — the case's
     own table and lengths. Returns ``{"heads", "bad_out", "error": (exception name, request,
     column, value) or None, "good_out", "clean": whether check() passed after reset}``."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm)
-    layer = state.new_layer()
-    q = c["index_q"][:, owned].contiguous()
+    rank = one_layer(ctx, case)
+    state = rank.state
     outs, error = [], None
-    for table, lens in ((bad_table, bad_lens), (c["block_table"], c["seq_lens"])):
-        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-        plan = state.plan(table.to(ctx.device), lens.to(ctx.device))
-        state.forward(layer, plan, q, c["k_cache"], out, c["query_len"])
-        outs.append(out.cpu())
+    for table, lens in ((bad_table.to(ctx.device), bad_lens.to(ctx.device)), (None, None)):
+        outs.append(rank.step(table=table, lens=lens).cpu())
         if error is None:
             try:
                 state.check()
@@ -121,7 +129,7 @@ def bad_input_then_reset_on_rank(ctx, case: dict, bad_table: torch.Tensor, bad_l
                 error = (type(e).__name__, e.request, e.column, e.value)
             state.reset()
     state.check()
-    return {"heads": owned, "bad_out": outs[0], "error": error, "good_out": outs[1], "clean": True}
+    return {"heads": rank.owned, "bad_out": outs[0], "error": error, "good_out": outs[1], "clean": True}
 
 
 def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, steps: int, seed: int) -> dict:
@@ -135,17 +143,8 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
     step A's seconds, "reported_s": rank 0's seconds from step B's forward to check()
     raising (None elsewhere), "raised": [exception names after B (rank 0) and C], "outs":
     the steps' outputs}``."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, spin_timeout_s=timeout_s)
-    layer = state.new_layer()
-    q = c["index_q"][:, owned].contiguous()
-
-    def step(queries=q):
-        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-        state.forward(layer, state.plan(c["block_table"], c["seq_lens"]), queries, c["k_cache"], out, c["query_len"])
-        return out
+    rank = one_layer(ctx, case, spin_timeout_s=timeout_s)
+    state, owned, step = rank.state, rank.owned, rank.step
 
     def raised() -> str | None:
         try:
@@ -194,17 +193,11 @@ def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> d
     Returns ``{"heads", "flagged_s": rank 0's seconds for its lone steps (None elsewhere),
     "step_s": step A's seconds, "raised": rank 0's exception name after them, "outs":
     [the lone steps' outputs (rank 0), the step after reset]}``."""
-    c = on_device(ctx.device, case)
-    heads = c["index_q"].shape[1]
-    owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, spin_timeout_s=timeout_s)
-    layer = state.new_layer()
-    q = c["index_q"][:, owned].contiguous()
+    rank = one_layer(ctx, case, spin_timeout_s=timeout_s)
+    state = rank.state
 
     def step():
-        out = torch.full((q.shape[0], len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-        state.forward(layer, state.plan(c["block_table"], c["seq_lens"]), q, c["k_cache"], out, c["query_len"])
-        return out.cpu()
+        return rank.step().cpu()
 
     start = time.monotonic()
     step()
@@ -223,7 +216,7 @@ def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> d
     state.reset()  # (rank 1 waits in its first barrier until rank 0's lone steps are done)
     outs.append(step())
     state.check()
-    return {"heads": owned, "flagged_s": flagged_s, "step_s": step_s, "raised": raised, "outs": outs}
+    return {"heads": rank.owned, "flagged_s": flagged_s, "step_s": step_s, "raised": raised, "outs": outs}
 
 
 def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:

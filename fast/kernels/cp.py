@@ -379,9 +379,9 @@ def merge_kernel(
     program's timeout or its own) is written -1 without waiting, short rows included: after
     a timeout the buffers may hold stale keys, and the flag stays set until ``reset()``. A
     row merged before another program's timeout set the flag keeps its output, which is
-    exact (its candidates had all arrived). No program waits for the others: a count of who finishes
-    last (to fill every row and flip the parity once) would put an atomic round trip on
-    every layer's critical path.
+    exact (its candidates had all arrived). No program waits for the others: a count of who
+    finishes last (to fill every row and flip the parity once) would put an atomic round
+    trip on every layer's critical path.
 
     It lets the next kernel launch at once (a dependent waits for this grid's completion
     before it reads anything; its launch is then off the critical path)."""

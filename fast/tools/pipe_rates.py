@@ -77,7 +77,7 @@ def compiled_mix(step: str) -> collections.Counter:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from .sass import disassemble, instruction_mix, main_loop_span
+    from .sass import disassemble, main_loop_mix
 
     src = ASTSource(
         fn=_chains_kernel,
@@ -85,9 +85,7 @@ def compiled_mix(step: str) -> collections.Counter:
         constexprs={"ITERS": ITERS, "STEP": STEPS[step], "CHAINS": CHAINS, "THREADS": THREADS},
     )
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": THREADS // 32})
-    sass = disassemble(kernel.asm["cubin"])
-    lines = sass.splitlines()
-    return instruction_mix("\n".join(lines[i] for i in main_loop_span(sass, mma=False)))
+    return main_loop_mix(disassemble(kernel.asm["cubin"]), mma=False)
 
 
 def main(argv=None) -> int:

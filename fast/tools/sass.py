@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import os
 import re
 import subprocess
@@ -274,13 +275,13 @@ def main_loop_span(sass: str, mma: bool = True) -> range:
     return best
 
 
-def main_loop_mix(sass: str) -> collections.Counter:
+def main_loop_mix(sass: str, mma: bool = True) -> collections.Counter:
     """Opcode -> count over the longest loop of the listing (label to its backward branch)
-    that multiplies (an MMA in it): in the wgmma scorer, one page per trip — the
-    instructions per page and thread that fast/tools/PERF.md counts. Empty if the listing has no
-    such loop (the scorer at N = 8: its pages unrolled)."""
+    that multiplies (an MMA in it; any loop where not ``mma``): in the wgmma scorer, one page
+    per trip — the instructions per page and thread that fast/tools/PERF.md counts. Empty if
+    the listing has no such loop (the scorer at N = 8: its pages unrolled)."""
     lines = sass.splitlines()
-    return collections.Counter(op.group(1) for i in main_loop_span(sass) if (op := _OP.match(lines[i])))
+    return collections.Counter(op.group(1) for i in main_loop_span(sass, mma) if (op := _OP.match(lines[i])))
 
 
 # The wgmma scorer's parts (the budget table of fast/tools/PERF.md), by the function whose
@@ -304,8 +305,9 @@ ALU_OPS = {"LOP3", "PLOP3", "PRMT", "F2FP", "SHF", "IADD3", "LEA", "ISETP", "SEL
 _FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
+@functools.cache
 def _scorer_line_parts() -> dict[int, str]:
-    """Line number of fast/kernels/scorer_wgmma.py -> its part."""
+    """Line number of fast/kernels/scorer_wgmma.py -> its part (parsed once)."""
     import ast
     import inspect
 
@@ -417,17 +419,16 @@ def main(argv=None) -> int:
         print(
             f"a program of {pages} pages{'' if loop else ' (unrolled: the listing)'}: ~{total} instructions per thread"
         )
-    if args.parts and args.kernel == "wgmma":
-        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
-        every, alu = parts_per_page(sass, pages), parts_per_page(sass, pages, alu=True)
-        print(f"per page and thread, a program of {pages} pages: all instructions, and the ALU pipe's")
-        for part in PARTS:
-            print(f"  {part:<9} {every[part]:6.0f} {alu[part]:6.0f}")
-        total, total_alu = sum(every.values()), sum(alu.values())
-        print(
-            f"  {'total':<9} {total:6.0f} {total_alu:6.0f}  = {total / ISSUE_BUDGET:.2f} of the issue budget"
-            f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
-        )
+        if args.parts:
+            every, alu = parts_per_page(sass, pages), parts_per_page(sass, pages, alu=True)
+            print(f"per page and thread, a program of {pages} pages: all instructions, and the ALU pipe's")
+            for part in PARTS:
+                print(f"  {part:<9} {every[part]:6.0f} {alu[part]:6.0f}")
+            total, total_alu = sum(every.values()), sum(alu.values())
+            print(
+                f"  {'total':<9} {total:6.0f} {total_alu:6.0f}  = {total / ISSUE_BUDGET:.2f} of the issue budget"
+                f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
+            )
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(sass)
