@@ -92,7 +92,7 @@ def test_stock_equals_reference(cp, cfg):
     "cp,lens",
     [
         pytest.param(2, [seq_len_for(0, 1), seq_len_for(15, 0)], id="cp2-all-short"),
-        # 4 interpreter ranks on CI's 2 cores take ~3 minutes for 200 steps: `make test-slow`.
+        # 4 interpreter ranks on CI's 2 cores are slow even at 80 steps: `make test-slow`.
         pytest.param(
             4,
             [seq_len_for(3, 0), seq_len_for(14, 9)],
@@ -103,11 +103,14 @@ def test_stock_equals_reference(cp, cfg):
     ],
 )
 def test_back_to_back_steps(cp, lens):
-    """200 steps of one layer with nothing else synchronizing the ranks. With all rows short
+    """Many steps of one layer with nothing else synchronizing the ranks. With all rows short
     a rank runs straight into the next step: the two buffer sets must keep it from writing
-    into a tile its peer is still scoring, or having its q erased by the peer's re-arm."""
+    into a tile its peer is still scoring, or having its q erased by the peer's re-arm.
+    Interpreter ranks run 80 steps (each step of the mixed case scores 17 pages in numpy):
+    every parity set is reused 40 times, which is what the hazard needs, not the count."""
+    steps = 200 if BACKEND == "cuda" else 80
     case = make_case(cp, lens, query_len=1, heads=4, pattern="exact")
-    results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=200, pdl=PDL)
+    results = pool(cp).run(decode_on_rank, case.to_dict(), "cp", steps=steps, pdl=PDL)
     assert all(r["all_equal"] for r in results)
     assert torch.equal(assemble(results, 4), reference.full_decode(*case.args()))
 
