@@ -1,0 +1,132 @@
+"""Input checks of the MSA format (docs/DESIGN.md §10.1): a clear exception naming the argument."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from indexer_constants import HEAD_DIM, MAX_PAGES, MAX_QUERY_LEN, PAGE, SUPPORTED_HEADS, TOPK
+
+from ..arguments import check_int, check_tensor
+
+# The key dtypes this format takes; the queries come in the cache's dtype.
+KEY_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+
+
+@dataclass(frozen=True)
+class MsaInputs:
+    """Checked MSA decode inputs, on the CPU.
+
+    index_q: bf16 or e4m3 [rows, H, 128]; k_cache: the same dtype [N, 128, 128];
+    block_table: int32 [B, P_table]; seq_lens: int32 [B]; rows = B * query_len;
+    init_blocks, local_blocks: the forced windows, init_blocks + local_blocks <= 16.
+    """
+
+    index_q: torch.Tensor
+    k_cache: torch.Tensor
+    block_table: torch.Tensor
+    seq_lens: torch.Tensor
+    query_len: int
+    init_blocks: int
+    local_blocks: int
+
+    @property
+    def batch(self) -> int:
+        return self.seq_lens.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.index_q.shape[1]
+
+    @property
+    def num_pages(self) -> int:
+        """P = min(P_table, MAX_PAGES): the blocks the table holds."""
+        return min(self.block_table.shape[1], MAX_PAGES)
+
+
+def check_windows(init_blocks, local_blocks) -> tuple[int, int]:
+    """Both forced windows are ints >= 0 whose sum fits the 16 outputs."""
+    init_blocks = check_int("init_blocks", init_blocks, low=0, high=TOPK)
+    local_blocks = check_int("local_blocks", local_blocks, low=0, high=TOPK)
+    if init_blocks + local_blocks > TOPK:
+        raise ValueError(
+            f"local_blocks: init_blocks + local_blocks must be <= {TOPK}, got {init_blocks} + {local_blocks}"
+        )
+    return init_blocks, local_blocks
+
+
+def check_keys(name: str, x, dtype: torch.dtype | None = None, *, finite: bool = True) -> torch.Tensor:
+    """A bf16 or e4m3 tensor (of ``dtype`` when given); with ``finite``, holding no NaN or
+    infinity. Returns it on the CPU."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in KEY_DTYPES:
+        raise TypeError(f"{name}: expected dtype bfloat16 or float8_e4m3fn, got {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the k_cache dtype), got {x.dtype}")
+    x = x.detach().cpu()
+    if finite and not bool(torch.isfinite(x.float()).all()):
+        raise ValueError(f"{name}: holds a NaN or an infinity (every value must be finite)")
+    return x
+
+
+def causal_blocks(seq_lens: torch.Tensor, query_len: int) -> torch.Tensor:
+    """Each query's causal block count ``n = (len - q + i) // 128 + 1`` (0 for padding).
+
+    seq_lens: int ``[B]``. Returns int64 ``[B * q]`` in row order ``b * q + i``. A valid
+    length is 0 or >= q, so the position ``len - q + i`` is >= 0 or the request pads.
+    """
+    i = torch.arange(query_len, dtype=torch.int64)
+    pos = seq_lens.to(torch.int64)[:, None] - query_len + i[None, :]
+    return torch.where(pos >= 0, pos // PAGE + 1, 0).reshape(-1)
+
+
+def check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_blocks, local_blocks) -> MsaInputs:
+    """Check the MSA decode inputs against docs/DESIGN.md §10.1 and return them on the CPU.
+
+    The length rule is the NVFP4 one (0 pads, else >= query_len). Read columns are the
+    whole causal range the table holds, ``j < min(ceil(len / 128), P)``; their ids must
+    lie in ``[0, N)`` and their pages must be finite.
+    """
+    query_len = check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
+    init_blocks, local_blocks = check_windows(init_blocks, local_blocks)
+    kc = check_keys("k_cache", k_cache, finite=False)  # only the read pages must be finite
+    if kc.dim() != 3 or tuple(kc.shape[1:]) != (PAGE, HEAD_DIM) or kc.shape[0] < 1:
+        raise ValueError(f"k_cache: expected shape [N >= 1, {PAGE}, {HEAD_DIM}], got {list(kc.shape)}")
+    q = check_keys("index_q", index_q, kc.dtype)
+    check_tensor("block_table", block_table, torch.int32, 2)
+    check_tensor("seq_lens", seq_lens, torch.int32, 1)
+    bt, sl = block_table.detach().cpu(), seq_lens.detach().cpu()
+    if q.dim() != 3 or q.shape[2] != HEAD_DIM:
+        raise ValueError(f"index_q: expected [rows, H, {HEAD_DIM}], got {list(q.shape)}")
+    if q.shape[1] not in SUPPORTED_HEADS:
+        raise ValueError(f"index_q: head count must be one of {SUPPORTED_HEADS}, got {q.shape[1]}")
+    batch = sl.shape[0]
+    if bt.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (one per request in seq_lens), got {bt.shape[0]}")
+    if bt.shape[1] < 1:
+        raise ValueError("block_table: must have at least one column")
+    if q.shape[0] != batch * query_len:
+        raise ValueError(f"index_q: expected {batch} * {query_len} = {batch * query_len} rows, got {q.shape[0]}")
+    invalid = (sl < query_len) & (sl != 0)
+    if bool(invalid.any()):
+        b = int(invalid.nonzero()[0])
+        raise ValueError(
+            f"seq_lens: request {b} has length {int(sl[b])}; a length is 0 (padding) or >= query_len ({query_len})"
+        )
+    num_pages = min(bt.shape[1], MAX_PAGES)
+    read = (-(-sl.to(torch.int64) // PAGE)).clamp(0, num_pages)
+    touched = torch.arange(bt.shape[1])[None, :] < read[:, None]
+    bad = touched & ((bt < 0) | (bt >= kc.shape[0]))
+    if bool(bad.any()):
+        b, j = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})"
+        )
+    ids = bt[:, :num_pages][touched[:, :num_pages]].to(torch.int64).unique()
+    if ids.numel() and not bool(torch.isfinite(kc[ids].float()).all()):
+        raise ValueError("k_cache: a page the table reads holds a NaN or an infinity (every read key must be finite)")
+    return MsaInputs(
+        q.contiguous(), kc.contiguous(), bt.contiguous(), sl.contiguous(), query_len, init_blocks, local_blocks
+    )
