@@ -76,6 +76,27 @@ MUTANTS = [
         "            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
         "            tl.store(dst, keys_to_pages(best))\n",
     ),
+    Mutant(
+        "msa output descending",
+        "msa-reference",
+        "reference.msa.selection",
+        "    chosen = torch.where(chosen < 0, _LAST, chosen).sort(dim=1).values\n",
+        "    chosen = torch.where(chosen < 0, _LAST, chosen).sort(dim=1, descending=True).values\n",
+    ),
+    Mutant(
+        "msa local window one block short",
+        "msa-reference",
+        "reference.msa.selection",
+        "    return (blocks < n) & ((blocks < init_blocks) | (blocks >= n - local_blocks))\n",
+        "    return (blocks < n) & ((blocks < init_blocks) | (blocks >= n - local_blocks + 1))\n",
+    ),
+    Mutant(
+        "msa rank scores its columns as the first blocks",
+        "msa-reference",
+        "reference.msa.cp",
+        "num_pages=p, stride=cp, offset=r)",
+        "num_pages=p)",
+    ),
 ]
 
 

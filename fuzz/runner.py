@@ -154,7 +154,7 @@ def _config(raw):
         if name == "seq_lens":
             ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
             kind = "a list of ints"
-        elif name == "pattern":
+        elif name in ("pattern", "key_format"):
             ok, kind = isinstance(value, str), "a string"
         else:
             ok, kind = isinstance(value, int) and not isinstance(value, bool), "an int"

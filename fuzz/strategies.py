@@ -6,12 +6,16 @@ tensors with the shared case builders, so a shrunk failure prints as one readabl
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass
 
 from hypothesis import strategies as st
 
 from indexer_constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
+from reference import msa
 from reference.cases import PATTERNS, Case, make_case
+from reference.msa.cases import DTYPES as MSA_DTYPES
+from reference.msa.cases import PATTERNS as MSA_PATTERNS
 
 SMALL_EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129)
 BIG_EDGE_PAGES = (2048, 2049, 8191, 8192, 8197)  # the MAX_PAGES edge and past it
@@ -30,8 +34,23 @@ class DecodeConfig:
     table_width: int
     pattern: str
     extra_width: int = 0  # compact width beyond ceil(P / CP) + 1, as a wider first plan leaves
+    key_format: str = "nvfp4"  # or "bf16" / "fp8": docs/DESIGN.md §10, with its forced windows
+    init_blocks: int = 0
+    local_blocks: int = 0
 
-    def build(self) -> Case:
+    def build(self) -> Case | msa.MsaCase:
+        if self.key_format != "nvfp4":
+            return msa.make_case(
+                self.seed,
+                list(self.seq_lens),
+                dtype=self.key_format,
+                query_len=self.query_len,
+                heads=self.heads,
+                pattern=self.pattern,
+                table_width=self.table_width,
+                init_blocks=self.init_blocks,
+                local_blocks=self.local_blocks,
+            )
         return make_case(
             self.seed,
             list(self.seq_lens),
@@ -90,3 +109,14 @@ def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_
         pattern=draw(st.sampled_from(patterns)),
         extra_width=draw(st.sampled_from([0, 0, 1, 7])),
     )
+
+
+@st.composite
+def msa_configs(draw, max_pages: int = 300, cps=SUPPORTED_CP, big: bool = False):
+    """``decode_configs`` for the MSA format: a key dtype, its patterns, forced windows of
+    0..16 blocks in all (biased to the edges: none, one each, all 16)."""
+    base = draw(decode_configs(max_pages=max_pages, patterns=MSA_PATTERNS, cps=cps, big=big))
+    init = draw(st.one_of(st.sampled_from([0, 1, 16]), st.integers(0, 16)))
+    local = draw(st.one_of(st.sampled_from(sorted({0, min(1, 16 - init), 16 - init})), st.integers(0, 16 - init)))
+    fmt = draw(st.sampled_from(sorted(MSA_DTYPES)))
+    return dataclasses.replace(base, key_format=fmt, init_blocks=init, local_blocks=local)

@@ -24,7 +24,7 @@ from reference.decode import full_scores
 from reference.selection import own_pages, stock_keys
 from reference.validate import check_decode_inputs
 
-from .strategies import DecodeConfig, decode_configs
+from .strategies import DecodeConfig, decode_configs, msa_configs
 
 EXACT = tuple(EXACT_PATTERNS)
 
@@ -71,6 +71,30 @@ def check_reference(cfg: DecodeConfig, ctx: Context) -> None:
     got = ref_cp.cp_decode(*case.args(), cp=cfg.cp, width=width)
     want = reference.full_decode(*case.args())
     assert torch.equal(got, want), f"cp_decode != full_decode at {(got != want).nonzero()[:4].tolist()}"
+
+
+def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
+    """MSA format: the CP simulation equals the oracle, and the oracle's rows keep §10.3's
+    shape: the forced blocks present, ids distinct, ascending, below n, -1 only at the end."""
+    from reference import msa
+    from reference.msa.inputs import causal_blocks
+
+    _steer(cfg)
+    case = cfg.build()
+    full = msa.full_decode(*case.args(), **case.windows())
+    width = -(-min(case.block_table.shape[1], 8192) // cfg.cp) + cfg.extra_width
+    out = msa.cp_decode(*case.args(), **case.windows(), cp=cfg.cp, width=width)
+    assert torch.equal(out, full), "CP != full"
+    n = causal_blocks(case.seq_lens, cfg.query_len)
+    for row, count in enumerate(n.tolist()):
+        forced = set(range(cfg.init_blocks)) | set(range(count - cfg.local_blocks, count)) if count > 16 else set()
+        for h in range(full.shape[1]):
+            ids = full[row, h].tolist()
+            chosen = [g for g in ids if g >= 0]
+            assert ids == chosen + [-1] * (16 - len(chosen)), f"row {row}: -1 before an id: {ids}"
+            assert chosen == sorted(set(chosen)), f"row {row}: not ascending and distinct: {ids}"
+            assert forced <= set(chosen) and all(g < count for g in chosen), f"row {row}: forced/causal: {ids}"
+            assert len(chosen) == min(count, 16) or count > min(case.block_table.shape[1], 8192), f"row {row}: {ids}"
 
 
 def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
@@ -307,4 +331,5 @@ TARGETS = {
     "protocol": Target(lambda smoke: decode_configs(max_pages=40, patterns=EXACT, cps=(1, 2, 4)), check_protocol, 12),
     "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60),
     "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40),
+    "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60),
 }

@@ -65,23 +65,36 @@ class Case:
     def load(cls, path) -> Case:
         """A case saved by ``save``; ValueError naming the case where the file is missing, is
         not a saved case, or lacks a field (the tensors are checked where they are used)."""
-        try:
-            d = torch.load(path, weights_only=True)
-        except FileNotFoundError:
-            raise ValueError(f"case: no such file: {path}") from None
-        except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
-            raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"case: {path} holds a {type(d).__name__}, not a dict of the case's five fields")
-        missing = {"index_q", "k_cache", "block_table", "seq_lens", "query_len"} - set(d)
-        if missing:
-            raise ValueError(f"case: {path} lacks {sorted(missing)}")
-        query_len = d["query_len"]
-        if isinstance(query_len, torch.Tensor) and query_len.numel() == 1 and not query_len.is_floating_point():
-            query_len = int(query_len)
-        if isinstance(query_len, bool) or not isinstance(query_len, int):
-            raise ValueError(f"case: query_len in {path} must be an int, got {query_len!r}")
+        d, query_len = load_case_dict(path, ())
         return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], query_len, str(path))
+
+
+CASE_FIELDS = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
+
+
+def load_case_dict(path, extra: tuple[str, ...]) -> tuple[dict, int]:
+    """The dict a case's ``save`` wrote, holding the five decode fields and the ``extra`` ones,
+    and its query_len as an int. ValueError naming the case otherwise."""
+    try:
+        d = torch.load(path, weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"case: no such file: {path}") from None
+    except (OSError, EOFError, RuntimeError, pickle.UnpicklingError) as exc:
+        raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
+    if not isinstance(d, dict):
+        raise ValueError(f"case: {path} holds a {type(d).__name__}, not a dict of the case's fields")
+    missing = set(CASE_FIELDS + extra) - set(d)
+    if missing:
+        raise ValueError(f"case: {path} lacks {sorted(missing)}")
+    ints = {}
+    for name in ("query_len",) + extra:
+        value = d[name]
+        if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"case: {name} in {path} must be an int, got {value!r}")
+        ints[name] = value
+    return {**d, **ints}, ints["query_len"]
 
 
 def seq_len_for(pages: int, offset: int = 0) -> int:

@@ -11,13 +11,27 @@ import torch
 
 from indexer_constants import MAX_PAGES, MAX_QUERY_LEN, PAGE, RANKED, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
 
-from .cases import PATTERNS, Case, make_case, seq_len_for
+from . import msa
+from .cases import PATTERNS, Case, load_case_dict, make_case, seq_len_for
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
+from .msa.cases import DTYPES as MSA_DTYPES
+from .msa.cases import PATTERNS as MSA_PATTERNS
+from .msa.cases import WINDOW_FIELDS
+from .msa.explain import explain as explain_msa
 from .selection import keys_to_pages, keys_to_scores
 from .validate import check_decode_inputs, check_int
 
 PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
+# The MSA format has one oracle: its stock path must output it too (docs/DESIGN.md §10.3).
+MSA_PATHS = {"full": msa.full_decode, "stock": msa.full_decode, "cp": msa.cp_decode}
+FORMATS = ("nvfp4",) + tuple(MSA_DTYPES)
+
+
+def load_case(path) -> Case | msa.MsaCase:
+    """A saved case of either format: an MSA case also holds its forced windows."""
+    d, _ = load_case_dict(path, ())
+    return msa.MsaCase.load(path) if any(name in d for name in WINDOW_FIELDS) else Case.load(path)
 
 
 def check_out(path: str) -> None:
@@ -30,9 +44,12 @@ def _decode(args) -> int:
     if args.cp is not None and args.path != "cp":
         raise ValueError(f"cp: --cp applies to --path cp only, not --path {args.path}")
     check_out(args.out)
-    case = Case.load(args.case)
-    fn = PATHS[args.path]
+    case = load_case(args.case)
+    is_msa = isinstance(case, msa.MsaCase)
+    fn = (MSA_PATHS if is_msa else PATHS)[args.path]
     kwargs = {"cp": 1 if args.cp is None else args.cp} if args.path == "cp" else {}
+    if is_msa:
+        kwargs.update(case.windows())
     torch.save({"out": fn(*case.args(), **kwargs)}, args.out)
     return 0
 
@@ -90,7 +107,9 @@ def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
 
 
 def _explain(args) -> int:
-    return 0 if explain(Case.load(args.case), args.row, args.head, args.cp) else 1
+    case = load_case(args.case)
+    how = explain_msa if isinstance(case, msa.MsaCase) else explain
+    return 0 if how(case, args.row, args.head, args.cp) else 1
 
 
 def _make_case(args) -> int:
@@ -103,10 +122,36 @@ def _make_case(args) -> int:
     if args.table_width is not None:
         check_int("table-width", args.table_width, low=1)
     check_out(args.out)
-    case = make_case(
-        args.seed, lens, query_len=args.query_len, heads=args.heads, pattern=args.pattern, table_width=args.table_width
-    )
-    check_decode_inputs(*case.args())  # a case that decode would refuse is not written
+    if args.format == "nvfp4":
+        if args.init_blocks is not None or args.local_blocks is not None:
+            raise ValueError("init-blocks: forced windows belong to the bf16 / fp8 formats, not nvfp4")
+        if args.pattern not in PATTERNS:
+            raise ValueError(f"pattern: the nvfp4 format takes one of {PATTERNS}, got {args.pattern!r}")
+        case = make_case(
+            args.seed,
+            lens,
+            query_len=args.query_len,
+            heads=args.heads,
+            pattern=args.pattern,
+            table_width=args.table_width,
+        )
+        check_decode_inputs(*case.args())  # a case that decode would refuse is not written
+    else:
+        if args.pattern not in MSA_PATTERNS:
+            raise ValueError(f"pattern: the {args.format} format takes one of {MSA_PATTERNS}, got {args.pattern!r}")
+        windows = {"init_blocks": 1 if args.init_blocks is None else args.init_blocks}
+        windows["local_blocks"] = 1 if args.local_blocks is None else args.local_blocks
+        case = msa.make_case(
+            args.seed,
+            lens,
+            dtype=args.format,
+            query_len=args.query_len,
+            heads=args.heads,
+            pattern=args.pattern,
+            table_width=args.table_width,
+            **windows,
+        )
+        msa.full_decode(*case.args(), **case.windows())  # refused inputs are not written
     case.save(args.out)
     print(
         f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table "
@@ -163,7 +208,10 @@ def main(argv=None) -> int:
     m.add_argument("--seq-lens", required=True, help="comma-separated lengths, one per request")
     m.add_argument("--query-len", type=int, default=1)
     m.add_argument("--heads", type=int, default=4)
-    m.add_argument("--pattern", choices=PATTERNS, default="random")
+    m.add_argument("--format", choices=FORMATS, default="nvfp4", help="the index-K format (default nvfp4)")
+    m.add_argument("--pattern", choices=sorted(set(PATTERNS) | set(MSA_PATTERNS)), default="random")
+    m.add_argument("--init-blocks", type=int, help="bf16 / fp8: the forced first blocks (default 1)")
+    m.add_argument("--local-blocks", type=int, help="bf16 / fp8: the forced last blocks (default 1)")
     m.add_argument("--table-width", type=int)
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(run=_make_case)

@@ -137,3 +137,48 @@ def test_bad_command_lines_are_one_error_line(case_file, tmp_path, run_cli, line
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {name}:"), res.stderr
     assert not (tmp_path / "o.pt").exists()
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp8"])
+def test_an_msa_case_round_trips_through_make_case_decode_and_explain(run_cli, tmp_path, fmt):
+    """An MSA case file keeps its windows; decode and explain pick its format from the file."""
+    from reference import msa
+
+    path, out = tmp_path / "case.pt", tmp_path / "out.pt"
+    made = run_cli(
+        "make-case",
+        "--out",
+        str(path),
+        "--seq-lens",
+        "5000,300,0",
+        "--query-len",
+        "2",
+        "--format",
+        fmt,
+        "--init-blocks",
+        "2",
+        "--local-blocks",
+        "3",
+        "--pattern",
+        "exact",
+    )
+    assert made.returncode == 0, made.stderr
+    case = msa.MsaCase.load(path)
+    assert (case.init_blocks, case.local_blocks, case.k_cache.dtype) == (2, 3, msa.cases.DTYPES[fmt])
+    assert run_cli("decode", "--case", str(path), "--path", "cp", "--cp", "4", "--out", str(out)).returncode == 0
+    assert torch.equal(torch.load(out)["out"], msa.full_decode(*case.args(), **case.windows()))
+    shown = run_cli("explain", "--case", str(path), "--row", "1", "--head", "2", "--cp", "4")
+    assert shown.returncode == 0 and "forced [0, 1, 37, 38, 39]" in shown.stdout and "CP == full" in shown.stdout
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--init-blocks", "1"], "init-blocks: forced windows belong to the bf16 / fp8 formats"),
+        (["--format", "fp8", "--pattern", "clustered"], "pattern: the fp8 format takes one of"),
+        (["--format", "bf16", "--init-blocks", "9", "--local-blocks", "8"], "local_blocks: init_blocks"),
+    ],
+)
+def test_make_case_refuses_a_format_it_cannot_build(run_cli, tmp_path, args, message):
+    r = run_cli("make-case", "--out", str(tmp_path / "c.pt"), "--seq-lens", "3000", *args)
+    assert r.returncode == 2 and message in r.stderr and not (tmp_path / "c.pt").exists()

@@ -8,6 +8,8 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE
 
+from ..cases import load_case_dict
+
 PATTERNS = ("random", "exact", "ties", "zeros", "late")
 # Every fp32 dot product of these is exact in any summation order: q and k in
 # {0, +-0.5, +-1, +-2}, so products are multiples of 2^-2 and sums stay below 2^10.
@@ -38,6 +40,23 @@ class MsaCase:
     def windows(self) -> dict:
         """The keyword arguments naming the forced windows."""
         return {"init_blocks": self.init_blocks, "local_blocks": self.local_blocks}
+
+    def to_dict(self) -> dict:
+        names = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
+        return {**dict(zip(names, self.args())), **self.windows()}
+
+    def save(self, path) -> None:
+        torch.save(self.to_dict(), path)
+
+    @classmethod
+    def load(cls, path) -> MsaCase:
+        """A case ``save`` wrote; ValueError naming the case where it is not one."""
+        d, query_len = load_case_dict(path, WINDOW_FIELDS)
+        fields = (d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], query_len)
+        return cls(*fields, d["init_blocks"], d["local_blocks"], str(path))
+
+
+WINDOW_FIELDS = ("init_blocks", "local_blocks")  # what a saved MSA case holds beyond a decode case
 
 
 def _pick(gen, shape) -> torch.Tensor:
