@@ -39,7 +39,8 @@ def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
         raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
 
 
-def _tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -> None:
+def device_tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -> None:
+    """``check_tensor``, contiguous and on ``device``."""
     check_tensor(name, x, dtype, dims)
     if x.device != device:
         raise ValueError(f"{name}: expected device {device}, got {x.device}")
@@ -49,8 +50,8 @@ def _tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -
 
 def plan_inputs(block_table, seq_lens, max_reqs: int, device: torch.device) -> int:
     """block_table int32 [B, P_table >= 1], seq_lens int32 [B], B <= max_reqs. Returns B."""
-    _tensor("block_table", block_table, torch.int32, 2, device)
-    _tensor("seq_lens", seq_lens, torch.int32, 1, device)
+    device_tensor("block_table", block_table, torch.int32, 2, device)
+    device_tensor("seq_lens", seq_lens, torch.int32, 1, device)
     batch = seq_lens.shape[0]
     if block_table.shape[0] != batch:
         raise ValueError(
@@ -72,17 +73,45 @@ def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dev
     """index_q e4m3 [B * q, heads, 128], k_cache uint8 [N, 128, 72], out int32 [B * q, heads, 16]."""
     check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
     rows = batch * query_len
-    _tensor("index_q", index_q, torch.float8_e4m3fn, 3, device)
+    device_tensor("index_q", index_q, torch.float8_e4m3fn, 3, device)
     if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
         raise ValueError(
             f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
         )
-    _tensor("k_cache", k_cache, torch.uint8, 3, device)
+    device_tensor("k_cache", k_cache, torch.uint8, 3, device)
     if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
         raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
-    _tensor("out", out, torch.int32, 3, device)
+    device_tensor("out", out, torch.int32, 3, device)
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
+
+
+def msa_forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dtype, device) -> None:
+    """index_q ``dtype`` (bf16 or e4m3) [B * q, heads, 128], k_cache ``dtype`` [N, 128, 128],
+    out int32 [B * q, heads, 16]."""
+    check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
+    rows = batch * query_len
+    device_tensor("index_q", index_q, dtype, 3, device)
+    if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
+        raise ValueError(
+            f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
+        )
+    device_tensor("k_cache", k_cache, dtype, 3, device)
+    if tuple(k_cache.shape[1:]) != (PAGE, HEAD_DIM) or k_cache.shape[0] < 1:
+        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {HEAD_DIM}], got {list(k_cache.shape)}")
+    device_tensor("out", out, torch.int32, 3, device)
+    if tuple(out.shape) != (rows, heads, TOPK):
+        raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
+
+
+def forced_windows(init_blocks, local_blocks) -> None:
+    """The MSA forced windows: ints >= 0 whose sum is at most 16."""
+    check_int("init_blocks", init_blocks, low=0, high=TOPK)
+    check_int("local_blocks", local_blocks, low=0, high=TOPK)
+    if init_blocks + local_blocks > TOPK:
+        raise ValueError(
+            f"local_blocks: init_blocks + local_blocks must be <= {TOPK}, got {init_blocks} + {local_blocks}"
+        )
 
 
 def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
@@ -108,17 +137,17 @@ def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
 
 def error_record(error, device: torch.device) -> None:
     """An error record: int32 [5] (``fast.kernels.guards.ERR_WORDS``) on the operands' device."""
-    _tensor("error", error, torch.int32, 1, device)
+    device_tensor("error", error, torch.int32, 1, device)
     if error.shape[0] != 5:
         raise ValueError(f"error: expected 5 words (an error record), got {error.shape[0]}")
 
 
 def scorer_operands(k_cache, lens, batch: int, device: torch.device) -> None:
     """The scorer's cache uint8 [N >= 1, 128, 72] and lengths int32 [B], contiguous on ``device``."""
-    _tensor("k_cache", k_cache, torch.uint8, 3, device)
+    device_tensor("k_cache", k_cache, torch.uint8, 3, device)
     if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
         raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
-    _tensor("lens", lens, torch.int32, 1, device)
+    device_tensor("lens", lens, torch.int32, 1, device)
     if lens.shape[0] != batch:
         raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
 

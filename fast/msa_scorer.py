@@ -1,0 +1,135 @@
+"""``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+
+from indexer_constants import HEAD_DIM, PAGE, SLOTS
+
+from . import checks
+from .backend import pdl_options
+from .checks import check_int, score_shapes
+from .kernels.msa_scorer import msa_score_kernel
+from .scorer import first_set, no_record
+
+KEY_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+# Per key dtype: columns per program (the tile's rows are loaded and converted once per
+# program) and the column loop's pipeline depth on GPUs; measured choices (fast/tools/PERF.md).
+COLS_PER_PROGRAM = {torch.bfloat16: 8, torch.float8_e4m3fn: 4}
+STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 2}
+NUM_WARPS = 4
+
+
+def check_keys(name: str, x, dtype=None) -> None:
+    """A contiguous bf16 or e4m3 tensor (of ``dtype`` where given), or TypeError / ValueError."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in KEY_DTYPES or (dtype is not None and x.dtype != dtype):
+        want = dtype or "bfloat16 or float8_e4m3fn"
+        raise TypeError(f"{name}: expected dtype {want}, got {x.dtype}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous (strides {x.stride()})")
+
+
+def raw_view(x: torch.Tensor) -> torch.Tensor:
+    """What the kernel reads of e4m3 / bf16 elements: their bits, as uint8 / int16 (the NaN
+    test is on bits; the kernel reinterprets them as operands)."""
+    return x.view(torch.uint8 if x.dtype == torch.float8_e4m3fn else torch.int16)
+
+
+def score_blocks(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_pages: int,
+    stride: int = 1,
+    offset: int = 0,
+    first_slot: int = 0,
+    q_sel: torch.Tensor | None = None,
+    q_set_stride: int = 0,
+    pdl: bool = False,
+    error: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
+
+    q_tile: ``[B, 8, Hs, 128]`` in the cache dtype (bf16 or e4m3), contiguous; k_cache:
+    ``[N, 128, 128]``; block_table: int32 ``[B, W]``, column j = global block
+    ``g = j * stride + offset``; lens: int32 ``[B]``; out: float32 ``[B, 8 * Hs, W]``
+    (columns contiguous), row ``slot * Hs + head``; num_pages: P. Column j is computed
+    when ``g < min(ceil(len / 128), P)`` and stored in a row when also ``128 g <= pos =
+    len - 8 + slot``: the max over the block's tokens at positions ``<= pos`` of ``q . k``,
+    fp32-accumulated. A row whose query holds a NaN element (the all-ones "unwritten")
+    stores NaN.
+
+    first_slot: 0..7, score only the slots from it on and leave the earlier rows untouched.
+    q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` elements
+    (the CP path's two tile sets). pdl: launch as a programmatic dependent (GPUs). An id
+    outside ``[0, N)`` is never loaded and its stored columns get NaN; with ``error`` (an
+    int32 [5] record: ``fast.errors``) the first such (request, column, id) is recorded.
+    """
+    batch, hs, width = score_shapes(q_tile, block_table, out)
+    check_keys("k_cache", k_cache)
+    check_keys("q_tile", q_tile, k_cache.dtype)
+    device = q_tile.device
+    if k_cache.dim() != 3 or tuple(k_cache.shape[1:]) != (PAGE, HEAD_DIM) or k_cache.shape[0] < 1:
+        raise ValueError(f"k_cache: expected shape [N >= 1, {PAGE}, {HEAD_DIM}], got {list(k_cache.shape)}")
+    check_int("num_pages", num_pages, low=1)
+    check_int("stride", stride, low=1)
+    check_int("offset", offset, low=0, high=stride - 1)
+    check_int("first_slot", first_slot, low=0, high=SLOTS - 1)
+    check_int("q_set_stride", q_set_stride, low=0)
+    for name, x in (("k_cache", k_cache), ("block_table", block_table), ("out", out)):
+        if x.device != device:
+            raise ValueError(f"{name}: expected device {device} (q_tile's), got {x.device}")
+    checks.device_tensor("lens", lens, torch.int32, 1, device)
+    if lens.shape[0] != batch:
+        raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
+    if block_table.stride(1) != 1:
+        raise ValueError(f"block_table: columns must be contiguous (strides {block_table.stride()})")
+    if q_sel is not None:
+        checks.device_tensor("q_sel", q_sel, torch.int64, 1, device)
+    if error is not None:
+        checks.error_record(error, device)
+    if pdl and device.type != "cuda":
+        raise ValueError(f"pdl: needs a GPU, not {device.type}")
+    if batch == 0 or width == 0:
+        return out
+    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
+    live = (SLOTS - first_slot) * hs
+    cols = COLS_PER_PROGRAM[k_cache.dtype]
+    grid = (batch, triton.cdiv(width, cols))
+    msa_score_kernel[grid](
+        raw_view(q_tile),
+        first_set(str(device)) if q_sel is None else q_sel,
+        q_set_stride,
+        raw_view(k_cache),
+        block_table,
+        lens,
+        out,
+        no_record(str(device)) if error is None else error,
+        width,
+        num_pages,
+        stride,
+        offset,
+        k_cache.shape[0],
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        HS=hs,
+        SLOT0=first_slot,
+        ROWS=max(16, triton.next_power_of_2(live)),
+        COLS=cols,
+        IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
+        INTERPRETER=interpreter,
+        RECORD=error is not None,
+        STAGES=STAGES[k_cache.dtype],
+        num_warps=NUM_WARPS,
+        **pdl_options(pdl),
+    )
+    return out

@@ -1,0 +1,152 @@
+"""fast's MSA block scorer (docs/DESIGN.md §10.2) against the reference's: bit for bit on
+exact-arithmetic keys (unwritten slots' NaN rows included), within the fp32 order bound on
+random ones; a bad id is never loaded, scores NaN and is recorded."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fast.errors import new_record
+from fast.msa_scorer import score_blocks
+from indexer_constants import SLOTS
+from reference import msa
+from reference.cases import seq_len_for
+from reference.msa.cases import DTYPES, EXACT_PATTERNS
+from reference.msa.decode import query_tile
+from reference.msa.scores import fp32_order_bound
+from support import DEV, POISON, on
+
+
+def fast_scores(tile, case, table, **kw):
+    """fast's scores of ``tile`` on ``table`` over a POISON-filled output, on the CPU."""
+    rows = SLOTS * tile.shape[2]
+    got = on(torch.full((tile.shape[0], rows, table.shape[1]), POISON))
+    score_blocks(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, **kw)
+    return got.cpu()
+
+
+def both(case, table, stride, offset, num_pages):
+    """(fast, reference) scores of every slot of the case's queries on ``table``."""
+    batch = case.seq_lens.shape[0]
+    tile = query_tile(case.index_q, batch, case.query_len)
+    want = torch.full((batch, SLOTS * case.index_q.shape[1], table.shape[1]), POISON)
+    msa.score_blocks(tile, case.k_cache, table, case.seq_lens, want, num_pages=num_pages, stride=stride, offset=offset)
+    return fast_scores(tile, case, table, num_pages=num_pages, stride=stride, offset=offset), want
+
+
+def same(got, want):
+    """Bit for bit, NaN where NaN."""
+    return torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+
+
+def strided(table, stride, offset):
+    """Rank ``offset``'s compact table: column j holds global block ``j * stride + offset``."""
+    cols = torch.arange(-(-table.shape[1] // stride)) * stride + offset
+    return table[:, cols.clamp_max(table.shape[1] - 1)].contiguous()
+
+
+@settings(deadline=None, max_examples=8)
+@given(
+    seed=st.integers(0, 2**16),
+    dtype=st.sampled_from(sorted(DTYPES)),
+    heads=st.sampled_from([1, 2, 4, 8]),
+    query_len=st.integers(1, SLOTS),
+    cp=st.sampled_from([1, 2, 4, 8]),
+    pattern=st.sampled_from(EXACT_PATTERNS),
+    tokens=st.lists(st.sampled_from([0, 1, 111, 112, 126, 127]), min_size=1, max_size=2),
+    pages=st.integers(0, 7),
+)
+def test_exact_keys_score_bit_for_bit(seed, dtype, heads, query_len, cp, pattern, tokens, pages):
+    """Every stride (a CP rank's compact table) and token offset around the mask's edge."""
+    lens = [max(query_len, seq_len_for(pages, t)) for t in tokens] + [0]
+    case = msa.make_case(seed, lens, dtype=dtype, query_len=query_len, heads=heads, pattern=pattern, table_width=9)
+    for rank in sorted({0, cp - 1}):
+        got, want = both(case, strided(case.block_table, cp, rank), cp, rank, 9)
+        assert same(got, want), (rank, (got - want).abs().nan_to_num().max())
+
+
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+def test_random_keys_score_within_the_fp32_order_bound(dtype):
+    case = msa.make_case(5, [seq_len_for(6, 37), seq_len_for(3, 127)], dtype=dtype, query_len=8, heads=2)
+    got, want = both(case, case.block_table, 1, 0, case.block_table.shape[1])
+    stored = want != POISON
+    assert torch.equal(got != POISON, stored)
+    tile = query_tile(case.index_q, 2, 8)
+    for b in range(2):
+        # The two sum in different orders: fp32 rounding of a 128-term sum bounds the gap.
+        bound = fp32_order_bound(tile[b].reshape(-1, 128), case.k_cache[case.block_table[b].long()])
+        assert bool(((got[b] - want[b]).abs() <= bound)[stored[b]].all())
+        assert bool((got[b] != want[b])[stored[b]].any()) or dtype == "fp8"  # the bound is needed (bf16)
+
+
+def test_first_slot_and_the_tile_set_leave_the_rest_alone():
+    """first_slot leaves earlier slots' rows as they were; q_sel picks the second tile set."""
+    case = msa.make_case(2, [seq_len_for(4, 20), seq_len_for(2, 3)], dtype="bf16", query_len=3, heads=2, pattern="late")
+    tile = query_tile(case.index_q, 2, 3)
+    _, want = both(case, case.block_table, 1, 0, case.block_table.shape[1])
+    junk = torch.zeros_like(tile)
+    sets = torch.stack([junk, tile])
+    kw = dict(num_pages=case.block_table.shape[1], first_slot=SLOTS - 3)
+    rows = SLOTS * 2
+    got = on(torch.full((2, rows, case.block_table.shape[1]), POISON))
+    sets = on(sets)
+    q_sel = on(torch.ones(1, dtype=torch.int64))
+    score_blocks(
+        sets[0],
+        on(case.k_cache),
+        on(case.block_table),
+        on(case.seq_lens),
+        got,
+        q_sel=q_sel,
+        q_set_stride=tile.numel(),
+        **kw,
+    )
+    got = got.cpu()
+    first_row = (SLOTS - 3) * 2
+    assert bool((got[:, :first_row] == POISON).all())
+    assert same(got[:, first_row:], want[:, first_row:])
+
+
+def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
+    case = msa.make_case(1, [seq_len_for(5, 3)], dtype="fp8", heads=2, pattern="exact", table_width=6)
+    table = case.block_table.clone()
+    table[0, 3] = 10**6
+    table[0, 2] = -5
+    tile = query_tile(case.index_q, 1, 1)
+    record = new_record(DEV)
+    got = fast_scores(tile, case, table, num_pages=6, error=record)
+    assert bool(torch.isnan(got[0, -2:, 2:4]).all())  # the real query's rows (slot 7)
+    assert not bool(torch.isnan(got[0, -2:, [0, 1, 4, 5]]).any())
+    assert record.tolist()[1:] == [1, 0, 2, -5]  # BAD_BLOCK, request 0, column 2, id -5
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda a: a.update(q_tile=a["q_tile"].to(torch.bfloat16)), "q_tile: expected dtype torch.float8_e4m3fn"),
+        (lambda a: a.update(k_cache=a["k_cache"].float()), "k_cache: expected dtype bfloat16 or"),
+        (lambda a: a.update(k_cache=a["k_cache"][:, :, :64].contiguous()), "k_cache: expected shape"),
+        (lambda a: a.update(k_cache=a["k_cache"][:, :, ::2]), "k_cache: must be contiguous"),
+        (lambda a: a.update(block_table=a["block_table"].long()), "block_table: expected dtype torch.int32"),
+        (lambda a: a.update(out=a["out"][:, :, :1]), r"out: expected float32 \[1, 16, 6\]"),
+        (lambda a: a.update(lens=a["lens"].repeat(2)), "lens: expected 1 lengths"),
+        (lambda a: a.update(offset=4, stride=4), "offset: must be in 0..3"),
+        (lambda a: a.update(num_pages=0), "num_pages: must be >= 1"),
+        (lambda a: a.update(first_slot=8), "first_slot: must be in 0..7"),
+        (lambda a: a.update(error=a["lens"]), "error: expected 5 words"),
+    ],
+)
+def test_bad_arguments_name_themselves(change, match):
+    case = msa.make_case(1, [seq_len_for(5, 3)], dtype="fp8", heads=2, pattern="exact")
+    args = {
+        "q_tile": on(query_tile(case.index_q, 1, 1)),
+        "k_cache": on(case.k_cache),
+        "block_table": on(case.block_table),
+        "lens": on(case.seq_lens),
+        "out": on(torch.zeros(1, 16, case.block_table.shape[1])),
+        "num_pages": 6,
+    }
+    change(args)
+    with pytest.raises((TypeError, ValueError), match=match):
+        score_blocks(**args)
