@@ -46,7 +46,9 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
 
 
 def test_decode_kernels_compile_for_sm90():
-    """The Triton kernels other than the scorers, compiled by Triton for the GPU (the
+    """The Triton kernels other than the NVFP4 scorers (the MSA one included: the
+    interpreter once ran a constexpr branch's early return that the compiler does not),
+    compiled by Triton for the GPU (the
     selects in their three forms: three levels, slices of one chunk, a row of one chunk):
     the interpreter that runs them on CPUs executes Python and
     accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
@@ -73,6 +75,11 @@ def test_decode_kernels_compile_for_sm90():
         "merge",
         "compact table",
         "q to tile",
+        "q to tile bf16",
+        "msa scorer fp8",
+        "msa scorer bf16",
+        "msa stock select",
+        "msa bounds",
         "table bounds",
         *selects,
         "push warp select columns=512",

@@ -16,11 +16,12 @@ _TOPK = tl.constexpr(TOPK)
 
 @triton.jit
 def q_to_tile_kernel(
-    q_ptr,  # int32 [rows, HS * 32]: this rank's heads, E4M3 bytes as words
-    tile_ptr,  # int32 [B, 8, HS, 32]
+    q_ptr,  # int32 [rows, HS * WORDS]: this rank's heads, the query elements as words
+    tile_ptr,  # int32 [B, 8, HS, WORDS]
     HS: tl.constexpr,
     QLEN: tl.constexpr,
     PDL: tl.constexpr,
+    WORDS: tl.constexpr = 32,  # int32 words a head: 32 (128 E4M3 bytes), 64 (128 bf16)
 ):
     """Row t = (b, i) goes to slot 8 - QLEN + i of request b. Releases the scorer once
     its own wait is over (the scorer loads the table, the lengths and its first pages
@@ -30,8 +31,8 @@ def q_to_tile_kernel(
     t = tl.program_id(0)
     b = t // QLEN
     slot = (_SLOTS - QLEN) + t % QLEN
-    w = tl.arange(0, HS * 32)
-    tl.store(tile_ptr + (b * _SLOTS + slot) * (HS * 32) + w, tl.load(q_ptr + t * (HS * 32) + w))
+    w = tl.arange(0, HS * WORDS)
+    tl.store(tile_ptr + (b * _SLOTS + slot) * (HS * WORDS) + w, tl.load(q_ptr + t * (HS * WORDS) + w))
 
 
 @triton.jit

@@ -25,6 +25,8 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
+from ..kernels.msa_scorer import msa_score_kernel
+from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from ..kernels.scorer_prmt import score_kernel_prmt
 from ..kernels.scorer_wgmma import (
     WGMMA_DEPTH,
@@ -178,7 +180,48 @@ def compile_kernels() -> list[str]:
             "bounds_ptr:*i32 P:i32 stride_bt:i32",
             {"W": 513, "CP": 2, "RANK": 1, "BLOCK": 1024},
         ),
-        ("q to tile", q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True}),
+        ("q to tile", q_to_tile_kernel, "q_ptr:*i32 tile_ptr:*i32", {"HS": 2, "QLEN": 2, "PDL": True, "WORDS": 32}),
+        (
+            "q to tile bf16",
+            q_to_tile_kernel,
+            "q_ptr:*i32 tile_ptr:*i32",
+            {"HS": 2, "QLEN": 2, "PDL": True, "WORDS": 64},
+        ),
+        *(
+            (
+                f"msa scorer {name}",
+                msa_score_kernel,
+                f"q_ptr:*{raw} q_sel_ptr:*i64 q_set_stride:i32 k_ptr:*{raw} bt_ptr:*i32 lens_ptr:*i32 out_ptr:*fp32 "
+                "err_ptr:*i32 width:i32 num_pages:i32 stride:i32 offset:i32 num_blocks:i32 stride_bt:i32 "
+                "stride_ob:i32 stride_or:i32",
+                {
+                    "HS": 4,
+                    "SLOT0": 0,
+                    "ROWS": 32,
+                    "COLS": 4,
+                    "IS_FP8": name == "fp8",
+                    "INTERPRETER": False,
+                    "RECORD": True,
+                    "PDL": True,
+                    "STAGES": 2,
+                },
+            )
+            for name, raw in (("fp8", "u8"), ("bf16", "i16"))
+        ),
+        (
+            "msa stock select",
+            msa_stock_select_kernel,
+            "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 P:i32 "
+            "init:i32 local:i32 stride_sb:i32 stride_sr:i32",
+            {"HS": 2, "QLEN": 2, "CHUNK": 128, "SUPERS": 16, "PER_SUPER": 8, "GROUP": 8, "EMULATE_FMA": False}
+            | {"SORT": True, "PDL": True},
+        ),
+        (
+            "msa bounds",
+            msa_bounds_kernel,
+            "bt_ptr:*i32 seq_lens_ptr:*i32 bounds_ptr:*i32 P:i32 stride_bt:i32",
+            {"BLOCK": 1024},
+        ),
         (
             "table bounds",
             table_bounds_kernel,

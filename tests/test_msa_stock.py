@@ -1,0 +1,131 @@
+"""The fast stock decode for BF16 / FP8 keys (docs/DESIGN.md §10) in one process: its select
+on its own scores against the reference's selection, end to end against the oracle on
+exact-arithmetic inputs, forced windows, padding, bad inputs caught on the device."""
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fast.errors import BadBlockIdError, BadLengthError
+from fast.msa_stock import MsaStockDecode, msa_stock_decode
+from fast.select.policy import SelectShape
+from fuzz.strategies import msa_configs
+from indexer_constants import PAGE, SLOTS
+from reference import msa
+from reference.cases import seq_len_for
+from reference.msa.inputs import causal_blocks
+from reference.msa.selection import select
+from support import DEV, POISON, on
+
+
+def run_stock(case, max_chunk: int = 1024):
+    """(decode, plan, out) of one forward over POISON-filled scores; max_chunk 16 forces the
+    three-level select on rows longer than 16 candidates."""
+    heads = case.index_q.shape[1]
+    fmt = "fp8" if case.k_cache.dtype == torch.float8_e4m3fn else "bf16"
+    sd = MsaStockDecode(
+        heads=heads,
+        max_reqs=max(1, case.seq_lens.shape[0]),
+        device=DEV,
+        key_format=fmt,
+        init_blocks=case.init_blocks,
+        local_blocks=case.local_blocks,
+    )
+    plan = sd.plan(on(case.block_table), on(case.seq_lens))
+    sd.shape = SelectShape.for_width(sd.width, max_chunk)
+    plan.scores.fill_(POISON)  # columns the scorer leaves alone must never be ranked
+    out = on(torch.full((case.index_q.shape[0], heads, 16), -7, dtype=torch.int32))
+    sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
+    return sd, plan, out.cpu()
+
+
+@settings(max_examples=12, deadline=None)
+@given(msa_configs(max_pages=60, cps=(1,)), st.sampled_from([1024, 16]))
+def test_select_matches_the_reference_on_its_own_scores(cfg, max_chunk):
+    """Selection exactly (forced windows, candidates, ascending order, padding), on the
+    kernel's own scores through the reference's selection."""
+    case = cfg.build()
+    sd, plan, out = run_stock(case, max_chunk)
+    batch, q, heads = case.seq_lens.shape[0], case.query_len, case.index_q.shape[1]
+    width = plan.pages
+    scores = plan.scores.cpu().view(batch, SLOTS, heads, sd.width)[:, SLOTS - q :, :, :width]
+    n = causal_blocks(case.seq_lens, q).repeat_interleave(heads)
+    want = select(scores.reshape(-1, width), n, width, case.init_blocks, case.local_blocks)
+    assert torch.equal(out.view(-1, 16), want)
+
+
+@settings(max_examples=10, deadline=None)
+@given(msa_configs(max_pages=40, cps=(1,)))
+def test_stock_equals_the_oracle_on_exact_inputs(cfg):
+    case = cfg.build()
+    if case.index_q.shape[0] == 0:
+        return
+    _, _, out = run_stock(case)
+    want = msa.full_decode(*case.args(), init_blocks=case.init_blocks, local_blocks=case.local_blocks)
+    assert torch.equal(out, want)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+@pytest.mark.parametrize("windows", [(0, 0), (1, 1), (3, 13), (16, 0), (0, 16), (2, 5)])
+def test_forced_windows_and_the_late_tokens(dtype, windows):
+    """Lengths around the 16-block edge and past the table (the local window still output),
+    the ``late`` pattern: a token mask one token off changes scores."""
+    init, local = windows
+    lens = [seq_len_for(16, 0), seq_len_for(16, 1), seq_len_for(30, 127), seq_len_for(41, 5), 0]
+    case = msa.make_case(
+        3, lens, dtype=dtype, query_len=3, heads=2, pattern="late", init_blocks=init, local_blocks=local, table_width=36
+    )
+    _, _, out = run_stock(case, 16)
+    want = msa.full_decode(*case.args(), init_blocks=init, local_blocks=local)
+    assert torch.equal(out, want)
+
+
+def test_the_convenience_call_equals_the_oracle_and_raises_bad_ids():
+    case = msa.make_case(4, [seq_len_for(20, 9), 3], dtype="fp8", query_len=2, heads=4, pattern="exact")
+    args = [on(x) for x in case.args()[:4]]
+    kw = dict(init_blocks=1, local_blocks=2)
+    got = msa_stock_decode(*args, query_len=2, **kw)
+    assert torch.equal(got.cpu(), msa.full_decode(*case.args(), **kw))
+    bad = case.block_table.clone()
+    bad[0, 20] = case.k_cache.shape[0]  # the own block of the last query: read
+    args[2] = on(bad)
+    with pytest.raises(BadBlockIdError) as err:
+        msa_stock_decode(*args, query_len=2, **kw)
+    assert (err.value.request, err.value.column, err.value.value) == (0, 20, case.k_cache.shape[0])
+
+
+def test_bad_rows_are_minus_one_and_the_first_is_named():
+    case = msa.make_case(5, [seq_len_for(18, 3), 1, seq_len_for(2, 0)], dtype="bf16", query_len=2, heads=1)
+    sd, _, out = run_stock(case)
+    assert bool((out[2:4] == -1).all())  # request 1: length 1 < query_len 2
+    assert not bool((out[0:2] == -1).all())
+    with pytest.raises(BadLengthError):
+        sd.check()
+    sd.reset()
+    sd.check()
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(key_format="nvfp4"), "key_format: must be one of"),
+        (dict(init_blocks=9, local_blocks=8), "local_blocks: init_blocks"),
+        (dict(init_blocks=-1), "init_blocks: must be in 0..16"),
+        (dict(heads=3), "heads: must be one of"),
+    ],
+)
+def test_bad_state_arguments_name_themselves(change, match):
+    kw = dict(heads=2, max_reqs=2, device=DEV, key_format="bf16", init_blocks=1, local_blocks=1) | change
+    with pytest.raises((TypeError, ValueError), match=match):
+        MsaStockDecode(**kw)
+
+
+def test_forward_refuses_the_other_format():
+    case = msa.make_case(6, [seq_len_for(3, 3)], dtype="bf16", heads=2)
+    sd = MsaStockDecode(heads=2, max_reqs=1, device=DEV, key_format="fp8", init_blocks=0, local_blocks=0)
+    plan = sd.plan(on(case.block_table), on(case.seq_lens))
+    out = on(torch.zeros(1, 2, 16, dtype=torch.int32))
+    with pytest.raises(TypeError, match="index_q: expected dtype torch.float8_e4m3fn"):
+        sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, 1)
+    assert PAGE == 128
