@@ -220,6 +220,13 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
             _layer(2048, 1, 1, 3.7, 6.6, 1.0, 3.4),
             _layer(1048576, 1, 1, 32.0, 25.0, 17.0, 8.0, stock_top16=3.7, stock_score=27.6),
         ],
+        # the MSA goal counts every shape at the same points; batch 1 x 128K counts for none
+        "msa_scorer": [
+            dict(format="fp8", context=131072, batch=8, hs=1, slots=8, of_read_ceiling=0.93),
+            dict(format="fp8", context=131072, batch=8, hs=4, slots=1, of_read_ceiling=0.91),
+            dict(format="fp8", context=131072, batch=1, hs=4, slots=1, of_read_ceiling=0.2),
+            dict(format="bf16", context=131072, batch=8, hs=4, slots=8, of_read_ceiling=0.89),
+        ],
     }
 
     def key(target: str) -> str:
@@ -239,6 +246,8 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     assert got["rows"] == (True, "worst CP - stock +2.9 µs (2K, batch 1, q 1)")
     assert got["stock"] == (True, "alone 4.5 / 30.0 µs = 15.0%; in the layer 3.7 / 27.6 µs = 13.4%")
     assert got["the"] == (False, "Hs 1 +1.0%, Hs 4 +3.1%")  # the guard's cost
+    assert got["MSA"] == (False, "Hs 4 / 8 slots 0.89")  # the bf16 one, judged last
+    assert [t["figures"] for t in judge(report)][-2] == "Hs 1 0.93, Hs 4 / 1 slot 0.91"
 
     report["scorer"][2]["of_read_ceiling"] = 0.69
     report["scorer"][8]["of_read_ceiling"] = 0.74
@@ -246,10 +255,10 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     report["layers"][5]["cp_us"] = 6.8
     report["select"][1]["us"] = 4.6
     verdicts = [t["met"] for t in judge(report)]
-    assert verdicts == [True, True, True, False, False, True, False, True, False, False, False]
+    assert verdicts == [True, True, True, False, False, True, False, True, False, False, False, True, False]
     report["checks"]["cp"] = False  # no speedup counts from a run whose decode failed its check
     assert [t["figures"] for t in judge(report)][5:7] == ["not reported: a decode failed its check in this run"] * 2
-    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 11
+    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 13
 
 
 def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():

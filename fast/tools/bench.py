@@ -51,6 +51,7 @@ from ..stock import StockDecode
 from ..symm import SingleRankSymmetric
 from ..tables import dequant_lut
 from .bench_layers import bench_layers_on_rank
+from .bench_msa import MSA_CONTEXTS, check_msa, msa_scorer_section, msa_stock_stages, print_msa
 from .launcher import RankPool
 from .programs import run_case
 from .scorer_variants import score_variant
@@ -391,6 +392,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
             f"{r['of_read_ceiling']:>5.2f}  {variant}",
             file=file,
         )
+    print_msa(report, file)
     if report.get("torch_stock"):
         print("\nplain PyTorch stock path (one head), µs", file=file)
         for r in report["torch_stock"]:
@@ -554,6 +556,12 @@ def run_bench(
     report["push"] = push_section(device, gen)
     del pool
     torch.cuda.empty_cache()
+    report["checks"]["msa stock"] = check_msa()
+    msa_contexts = [c for c in contexts if c in MSA_CONTEXTS] or list(MSA_CONTEXTS[:1])
+    msa_batches = [b for b in batches if b >= 8] or [8]
+    read = report["ceilings"]["stream_read_GBps"]
+    report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
+    report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)
     world = world or p2p_gpus()
     report["world"] = world
     if world >= 2:

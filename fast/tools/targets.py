@@ -24,6 +24,7 @@ SHORT_PAGES = 16  # contexts whose rows all hold at most this many pages ...
 SHORT_US = 3.0  # ... where CP may be at most this much slower than stock
 TOP16_PAGES = 8192  # the stock top-16 against the stock scorer at this many pages
 TOP16_SHARE = 0.15
+MSA_SCORER_GOAL = 0.90  # the BF16 / FP8 scorers (16 / 32 KB a block: no decode), every shape
 GUARD_COST = 0.02  # the scorer's block-id guard: at most this share of its time (8 x 128K)
 
 
@@ -38,6 +39,7 @@ def judge(report: dict) -> list[dict]:
         _short_rows(report),
         _top16(report),
         _guard(report),
+        *(_msa_scorer(report, fmt) for fmt in ("fp8", "bf16")),
     ]
 
 
@@ -184,3 +186,22 @@ def _guard(report: dict) -> dict:
     if not spans:
         return _verdict(target, "not measured (no unguarded variant in this run)", None)
     return _verdict(target, ", ".join(spans), met)
+
+
+def _msa_scorer(report: dict, fmt: str) -> dict:
+    target = (
+        f"MSA scorer, {fmt} keys, >= {MSA_SCORER_GOAL:.2f} of the read ceiling at batch >= {SCORER_BATCH},"
+        f" batch x context >= 8 x 128K, every shape"
+    )
+    rows = [
+        r
+        for r in report.get("msa_scorer", [])
+        if r["format"] == fmt and r["batch"] >= SCORER_BATCH and r["batch"] * r["context"] >= SCORER_FROM
+    ]
+    if not rows:
+        return _verdict(target, "not measured (no such point in this grid)", None)
+    spans = ", ".join(
+        f"{_shape(hs, slots)} {_span([r['of_read_ceiling'] for r in rows if (r['hs'], r['slots']) == (hs, slots)])}"
+        for hs, slots in sorted({(r["hs"], r["slots"]) for r in rows})
+    )
+    return _verdict(target, spans, min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL)
