@@ -69,36 +69,32 @@ def table_not_wider(width: int, planned: int) -> None:
         raise ValueError(f"block_table: {width} pages is wider than the {planned} fixed by the first plan")
 
 
-def forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, device: torch.device) -> None:
-    """index_q e4m3 [B * q, heads, 128], k_cache uint8 [N, 128, 72], out int32 [B * q, heads, 16]."""
+def forward_inputs(
+    index_q,
+    k_cache,
+    out,
+    query_len,
+    batch: int,
+    heads: int,
+    device: torch.device,
+    *,
+    q_dtype: torch.dtype = torch.float8_e4m3fn,
+    k_dtype: torch.dtype = torch.uint8,
+    k_row: int = ROW_BYTES,
+) -> None:
+    """index_q ``q_dtype`` [B * q, heads, 128], k_cache ``k_dtype`` [N, 128, k_row], out int32
+    [B * q, heads, 16]. The defaults are the NVFP4 format's (e4m3 queries, 72-byte key rows);
+    the MSA format passes its dtype twice and 128 elements a row."""
     check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
     rows = batch * query_len
-    device_tensor("index_q", index_q, torch.float8_e4m3fn, 3, device)
+    device_tensor("index_q", index_q, q_dtype, 3, device)
     if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
         raise ValueError(
             f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
         )
-    device_tensor("k_cache", k_cache, torch.uint8, 3, device)
-    if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
-        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
-    device_tensor("out", out, torch.int32, 3, device)
-    if tuple(out.shape) != (rows, heads, TOPK):
-        raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")
-
-
-def msa_forward_inputs(index_q, k_cache, out, query_len, batch: int, heads: int, dtype, device) -> None:
-    """index_q ``dtype`` (bf16 or e4m3) [B * q, heads, 128], k_cache ``dtype`` [N, 128, 128],
-    out int32 [B * q, heads, 16]."""
-    check_int("query_len", query_len, low=1, high=MAX_QUERY_LEN)
-    rows = batch * query_len
-    device_tensor("index_q", index_q, dtype, 3, device)
-    if tuple(index_q.shape) != (rows, heads, HEAD_DIM):
-        raise ValueError(
-            f"index_q: expected [{rows}, {heads}, {HEAD_DIM}] (planned requests x query_len), got {list(index_q.shape)}"
-        )
-    device_tensor("k_cache", k_cache, dtype, 3, device)
-    if tuple(k_cache.shape[1:]) != (PAGE, HEAD_DIM) or k_cache.shape[0] < 1:
-        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {HEAD_DIM}], got {list(k_cache.shape)}")
+    device_tensor("k_cache", k_cache, k_dtype, 3, device)
+    if tuple(k_cache.shape[1:]) != (PAGE, k_row) or k_cache.shape[0] < 1:
+        raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {k_row}], got {list(k_cache.shape)}")
     device_tensor("out", out, torch.int32, 3, device)
     if tuple(out.shape) != (rows, heads, TOPK):
         raise ValueError(f"out: expected [{rows}, {heads}, {TOPK}], got {list(out.shape)}")

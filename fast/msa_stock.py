@@ -134,7 +134,18 @@ class MsaStockDecode:
         ``StockDecode.forward``'s ("score", the q copy included, and "select"). Padding (0)
         and bad requests get sixteen -1 per row, and ``check()`` names the first bad one."""
         checks.state_operands(layer, plan, MsaStockLayer, MsaStockPlan, self._plans)
-        checks.msa_forward_inputs(index_q, k_cache, out, query_len, plan.batch, self.heads, self.dtype, self.device)
+        checks.forward_inputs(
+            index_q,
+            k_cache,
+            out,
+            query_len,
+            plan.batch,
+            self.heads,
+            self.device,
+            q_dtype=self.dtype,
+            k_dtype=self.dtype,
+            k_row=HEAD_DIM,
+        )
         rows = plan.batch * query_len
         if rows == 0:
             return out
