@@ -97,6 +97,20 @@ MUTANTS = [
         "num_pages=p, stride=cp, offset=r)",
         "num_pages=p)",
     ),
+    Mutant(
+        "msa scorer masks its own token",
+        "msa-kernels",
+        "fast.kernels.msa_scorer",
+        "            visible = (g * _PAGE + t[:, None]) <= pos[None, :]\n",
+        "            visible = (g * _PAGE + t[:, None]) < pos[None, :]\n",
+    ),
+    Mutant(
+        "msa stock candidates overlap the local window",
+        "msa-kernels",
+        "fast.kernels.msa_select",
+        "        hi = tl.minimum(n - local, P)\n",
+        "        hi = tl.minimum(n - local + 1, P)\n",
+    ),
 ]
 
 

@@ -97,6 +97,39 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
             assert len(chosen) == min(count, 16) or count > min(case.block_table.shape[1], 8192), f"row {row}: {ids}"
 
 
+def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
+    """MSA format, fast against the reference: the stock select on the kernel's own scores
+    equals the reference's selection (forced windows, ascending); on exact-arithmetic inputs
+    the scorer matches bit for bit and the stock decode equals the oracle."""
+    from fast.msa_stock import MsaStockDecode
+    from reference import msa
+    from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT
+    from reference.msa.decode import full_scores
+    from reference.msa.inputs import causal_blocks, check_msa_inputs
+    from reference.msa.selection import select as msa_select
+
+    _steer(cfg)
+    dev = ctx.device()
+    case = cfg.build()
+    heads, rows, batch, q = case.index_q.shape[1], case.index_q.shape[0], len(cfg.seq_lens), cfg.query_len
+    on = [x.to(dev) for x in (case.index_q, case.k_cache, case.block_table, case.seq_lens)]
+    stock = MsaStockDecode(heads=heads, max_reqs=max(1, batch), device=dev, key_format=cfg.key_format, **case.windows())
+    plan = stock.plan(on[2], on[3])
+    plan.scores.fill_(1e30)  # never stored, never ranked
+    out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
+    stock.forward(stock.new_layer(), plan, on[0], on[1], out, q)
+    width = plan.pages
+    scores = plan.scores.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
+    n = causal_blocks(case.seq_lens, q).repeat_interleave(heads)
+    want = msa_select(scores.reshape(-1, width), n, width, cfg.init_blocks, cfg.local_blocks)
+    assert torch.equal(out.cpu().view(-1, 16), want), "MSA stock select != reference selection on its own scores"
+    if cfg.pattern in MSA_EXACT:
+        ref_scores = full_scores(check_msa_inputs(*case.args(), **case.windows()))  # NaN where not stored
+        stored = ~torch.isnan(ref_scores)
+        assert torch.equal(scores[stored], ref_scores[stored]), "MSA scorer != reference on exact-arithmetic input"
+        assert torch.equal(out.cpu(), msa.full_decode(*case.args(), **case.windows())), "MSA stock != full_decode"
+
+
 def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     """Each kernel against the reference: the scorer (bit for bit on exact inputs), the stock
     top-16 on its own scores, and CP = 1 in one process (oracle output, buffers re-armed)."""
@@ -332,4 +365,5 @@ TARGETS = {
     "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60),
     "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40),
     "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60),
+    "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 10),
 }
