@@ -1,6 +1,7 @@
-"""The Triton implementation of CP decode for the MiniMax-M3 NVFP4 indexer: what a server
-imports. The contract is ``docs/DESIGN.md``; the tools (benchmark, demo, CLI, rank
-launcher) are ``fast.tools`` and are not loaded from here.
+"""The Triton implementation of CP decode for the MiniMax-M3 sparse-attention indexer (NVFP4
+keys; and BF16 / FP8 keys under the MSA rules, stock path so far): what a server imports.
+The contract is ``docs/DESIGN.md``; the tools (benchmark, demo, CLI, rank launcher) are
+``fast.tools`` and are not loaded from here.
 
 Importing ``fast`` first settles where kernels run (``fast.backend``): Triton reads
 ``TRITON_INTERPRET`` when a kernel is defined, so it must be set before a kernel module loads.
@@ -13,6 +14,8 @@ BACKEND = select_backend()
 from .cp import IndexerDecodeCP, build_cp_decode  # noqa: E402
 from .errors import BadBlockIdError, BadLengthError, DecodeInputError, PeerTimeoutError  # noqa: E402
 from .graphs import GraphedDecode  # noqa: E402
+from .msa_scorer import score_blocks  # noqa: E402
+from .msa_stock import MsaStockDecode, msa_stock_decode  # noqa: E402
 from .scorer import score_pages  # noqa: E402
 from .stock import StockDecode  # noqa: E402
 from .symm import ShmSymmetric, SingleRankSymmetric, open_cuda_symmetric  # noqa: E402
@@ -24,12 +27,15 @@ __all__ = [
     "DecodeInputError",  # the base of the two above (a ValueError)
     "GraphedDecode",  # decode layers replayed from one CUDA graph per padded batch size
     "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check(), reset()
+    "MsaStockDecode",  # the stock decode for BF16 / FP8 keys under the MSA rules (DESIGN §10)
     "PeerTimeoutError",  # raised by check() when a peer never delivered within the time bound
     "ShmSymmetric",  # symmetric buffers of CPU rank processes (/dev/shm files)
     "SingleRankSymmetric",  # a one-rank "symmetric" allocator (CP = 1, tests, benchmark)
     "StockDecode",  # one rank's stock (non-CP) decode, the fallback
     "build_cp_decode",  # the CP state, or None (with the reason logged) where CP cannot run
     "open_cuda_symmetric",  # collective: torch symmetric memory over the ranks' GPUs, or why not
+    "msa_stock_decode",  # one MsaStockDecode step on fresh buffers (a convenience)
+    "score_blocks",  # the MSA block scorer (BF16 / FP8 keys, token-level causal mask)
     "score_pages",  # the Q8KV4 page scorer on the tensors' device
     "select_backend",  # "cuda" when a GPU is present, else the interpreter ("cpu")
 ]
