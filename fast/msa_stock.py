@@ -19,7 +19,7 @@ from .kernels.guards import BOUND_WORDS
 from .kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from .kernels.stock import q_to_tile_kernel
 from .msa_scorer import score_blocks
-from .select.policy import SelectShape
+from .select.policy import SPLIT_PROGRAMS, SelectShape, check_split, plan_split
 from .stage_clock import StageClock
 
 # The key formats of this decode, and their element type (queries and keys alike).
@@ -53,7 +53,8 @@ class MsaStockDecode:
 
     The interface of ``StockDecode``: ``new_layer()``, ``plan()`` once per step (no host
     sync), ``forward(layer, plan, ...)`` per layer, ``check()``, ``reset()``.
-    key_format: "bf16" or "fp8" (the dtype of queries and keys).
+    key_format: "bf16" or "fp8" (the dtype of queries and keys). split: the select's
+    programs per row, as ``StockDecode``'s (None: the policy on a GPU, 1 elsewhere).
     """
 
     def __init__(
@@ -66,12 +67,15 @@ class MsaStockDecode:
         init_blocks: int,
         local_blocks: int,
         pdl: bool = False,
+        split: int | None = None,
     ):
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
         if key_format not in KEY_FORMATS:
             raise ValueError(f"key_format: must be one of {tuple(KEY_FORMATS)}, got {key_format!r}")
         checks.forced_windows(init_blocks, local_blocks)
+        check_split(split)
+        self.split = split
         self.heads = self.local_heads = heads
         self.max_reqs = max_reqs
         self.key_format = key_format
@@ -83,6 +87,9 @@ class MsaStockDecode:
         self.shape: SelectShape | None = None
         self._plans: dict[int, MsaStockPlan] = {}
         self.error = new_record(self.device)  # int32 [5]: word 0 unused here, then the first bad input
+        # the split select's slice keys and per-(row, head) counts (zero between calls)
+        self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
+        self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
     def new_layer(self) -> MsaStockLayer:
         """A layer for ``forward`` (nothing to allocate)."""
@@ -191,14 +198,17 @@ class MsaStockDecode:
 
     def _select(self, plan: MsaStockPlan, out: torch.Tensor, query_len: int, num_blocks: int) -> torch.Tensor:
         scores = plan.scores
-        shape = self.shape
-        msa_stock_select_kernel[(plan.batch * query_len, self.heads)](
+        rows = plan.batch * query_len
+        split, columns, shape = plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
+        msa_stock_select_kernel[(rows, self.heads, split)](
             scores,
             plan.seq_lens,
             plan.bounds,
             num_blocks,
             self.error,
             out,
+            self._parts,
+            self._counts,
             plan.pages,
             self.init_blocks,
             self.local_blocks,
@@ -206,6 +216,8 @@ class MsaStockDecode:
             scores.stride(1),
             HS=self.heads,
             QLEN=query_len,
+            SLICE=columns,
+            SPLIT=split,
             CHUNK=shape.chunk,
             SUPERS=shape.supers,
             PER_SUPER=shape.per_super,

@@ -19,9 +19,10 @@ from reference.msa.selection import select
 from support import DEV, POISON, on
 
 
-def run_stock(case, max_chunk: int = 1024):
+def run_stock(case, max_chunk: int = 1024, split: int | None = None):
     """(decode, plan, out) of one forward over POISON-filled scores; max_chunk 16 forces the
-    three-level select on rows longer than 16 candidates."""
+    three-level select on rows (slices) longer than 16 candidates; split > 1 splits each
+    row over programs."""
     heads = case.index_q.shape[1]
     fmt = "fp8" if case.k_cache.dtype == torch.float8_e4m3fn else "bf16"
     sd = MsaStockDecode(
@@ -31,6 +32,7 @@ def run_stock(case, max_chunk: int = 1024):
         key_format=fmt,
         init_blocks=case.init_blocks,
         local_blocks=case.local_blocks,
+        split=split,
     )
     plan = sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
@@ -41,12 +43,12 @@ def run_stock(case, max_chunk: int = 1024):
 
 
 @settings(max_examples=12, deadline=None)
-@given(msa_configs(max_pages=60, cps=(1,)), st.sampled_from([1024, 16]))
-def test_select_matches_the_reference_on_its_own_scores(cfg, max_chunk):
+@given(msa_configs(max_pages=60, cps=(1,)), st.sampled_from([1024, 16]), st.sampled_from([1, 2, 4]))
+def test_select_matches_the_reference_on_its_own_scores(cfg, max_chunk, split):
     """Selection exactly (forced windows, candidates, ascending order, padding), on the
-    kernel's own scores through the reference's selection."""
+    kernel's own scores through the reference's selection, rows whole or split."""
     case = cfg.build()
-    sd, plan, out = run_stock(case, max_chunk)
+    sd, plan, out = run_stock(case, max_chunk, split)
     batch, q, heads = case.seq_lens.shape[0], case.query_len, case.index_q.shape[1]
     width = plan.pages
     scores = plan.scores.cpu().view(batch, SLOTS, heads, sd.width)[:, SLOTS - q :, :, :width]
@@ -76,9 +78,11 @@ def test_forced_windows_and_the_late_tokens(dtype, windows):
     case = msa.make_case(
         3, lens, dtype=dtype, query_len=3, heads=2, pattern="late", init_blocks=init, local_blocks=local, table_width=36
     )
-    _, _, out = run_stock(case, 16)
-    want = msa.full_decode(*case.args(), init_blocks=init, local_blocks=local)
-    assert torch.equal(out, want)
+    for split in (1, 4):
+        sd, _, out = run_stock(case, 16, split)
+        want = msa.full_decode(*case.args(), init_blocks=init, local_blocks=local)
+        assert torch.equal(out, want), split
+        assert not bool(sd._counts.any())  # a split row's count is back at 0
 
 
 def test_the_convenience_call_equals_the_oracle_and_raises_bad_ids():

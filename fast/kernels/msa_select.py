@@ -4,8 +4,8 @@ candidates by the exact key, the output ascending.
 
 The candidates of a row are one contiguous range of global blocks, ``init <= g < min(n -
 local, P)``; a rank holding every CP-th block sees them as one contiguous range of its
-columns. So ``levels.top16`` runs on the row from that range's first column, as if the
-range began at block 0, and the keys are shifted back after (the low 16 bits hold 0xFFFF -
+columns. So the select runs on the row from that range's first column, as if the range
+began at block 0, and the keys are shifted back after (the low 16 bits hold 0xFFFF -
 block): no key is ever built for a forced or a past-the-range column.
 """
 
@@ -14,7 +14,7 @@ import triton.language as tl
 
 from indexer_constants import PAGE, SLOTS, TOPK
 
-from ..select.levels import KEY_EXACT, keys_to_pages, short_row, top16
+from ..select.levels import KEY_EXACT, keys_to_pages, row_top16, short_row
 from .device import pdl_release, pdl_wait
 from .guards import record_input, request_verdict, row_id_bounds
 
@@ -46,32 +46,6 @@ def msa_bounds_kernel(
 
 
 @triton.jit
-def shifted_top16(
-    row_ptr,
-    lo,
-    hi,
-    CP: tl.constexpr,
-    RANK: tl.constexpr,
-    EMULATE_FMA: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
-    SORT: tl.constexpr,
-):
-    """The best 16 exact keys (descending, 0 = none) of a row's columns ``lo <= j < hi``,
-    whose blocks are ``j * CP + RANK``. The keys are the row's own: the range is selected
-    from its first column and shifted back (0xFFFF - block drops by lo * CP)."""
-    best = tl.zeros([_TOPK], tl.int64)
-    if hi > lo:
-        best = top16(
-            row_ptr + lo, hi - lo, KEY_EXACT, CP, RANK, 0.0, 0.0, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT
-        )
-        best = tl.where(best > 0, best - lo * CP, 0)
-    return best
-
-
-@triton.jit
 def msa_output(best, m, n, init, local):
     """A long row's output (n > 16): blocks ``0 .. init - 1``, then the blocks of the first
     ``m`` keys of ``best`` (descending exact keys, 0 = none; every one in ``[init, n -
@@ -99,6 +73,8 @@ def msa_stock_select_kernel(
     num_blocks,  # N: the cache's blocks
     err_ptr,  # int32 [5]: the error record
     out_ptr,  # int32 [rows, HS, 16]
+    part_ptr,  # int64 [rows * HS * SPLIT, 16]: the slices' top 16 (SPLIT > 1)
+    count_ptr,  # int32 [rows * HS]: slices done (0 between calls)
     P,  # blocks the table holds (<= W)
     init,  # the forced windows
     local,
@@ -106,7 +82,9 @@ def msa_stock_select_kernel(
     stride_sr,
     HS: tl.constexpr,
     QLEN: tl.constexpr,
-    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of a row
+    SLICE: tl.constexpr,  # columns per program of a row (a power of two)
+    SPLIT: tl.constexpr,  # programs per row (program_id(2))
+    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of a slice
     SUPERS: tl.constexpr,
     PER_SUPER: tl.constexpr,
     GROUP: tl.constexpr,
@@ -114,14 +92,19 @@ def msa_stock_select_kernel(
     SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Per (query, head), program (t, h): a padding request's or a bad one's row is sixteen
-    -1 (a bad one recorded, ``guards.request_verdict``); a short row (causal count n <= 16)
-    is ``[0 .. n - 1]``; a long one the forced blocks and the best ``16 - init - local``
-    candidates ``init <= g < min(n - local, P)``, ascending."""
+    """Per (query, head), programs (t, h, s): a padding request's or a bad one's row is
+    sixteen -1 (a bad one recorded, ``guards.request_verdict``); a short row (causal count
+    n <= 16) is ``[0 .. n - 1]``; a long one the forced blocks and the best ``16 - init -
+    local`` candidates ``init <= g < min(n - local, P)``, ascending.
+
+    The candidates are selected on the row from column ``init`` on, as if it began there
+    (``levels.row_top16``, the NVFP4 selects' one path: SPLIT slices of SLICE columns, the
+    last slice to finish merging them), and the keys shifted back by ``init``."""
     pdl_wait(PDL)
     pdl_release(PDL)
     t = tl.program_id(0)
     h = tl.program_id(1)
+    s = tl.program_id(2)
     b = t // QLEN
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
@@ -130,17 +113,50 @@ def msa_stock_select_kernel(
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
     verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
+    m = _TOPK - init - local
+    lo = init
+    hi = tl.minimum(n - local, P)
     if (seq < QLEN) | (verdict != 0):
-        if (i == 0) & (h == 0):
-            record_input(err_ptr, verdict, b, column, value)
-        tl.store(dst, tl.full([_TOPK], -1, tl.int32))
+        if s == 0:
+            if (i == 0) & (h == 0):
+                record_input(err_ptr, verdict, b, column, value)
+            tl.store(dst, tl.full([_TOPK], -1, tl.int32))
     elif n <= _TOPK:
-        tl.store(dst, short_row(k, n - 1))
-    else:
-        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
-        m = _TOPK - init - local
-        hi = tl.minimum(n - local, P)
-        best = tl.zeros([_TOPK], tl.int64)
-        if m > 0:
-            best = shifted_top16(row_ptr, init, hi, 1, 0, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
-        tl.store(dst, msa_output(best, m, n, init, local))
+        if s == 0:
+            tl.store(dst, short_row(k, n - 1))
+    elif (m > 0) & (hi > lo):
+        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr + lo
+        cols = s * SLICE + tl.arange(0, SLICE)
+        one_chunk: tl.constexpr = SLICE <= CHUNK
+        if one_chunk:
+            mine = tl.load(row_ptr + cols, mask=cols < hi - lo, other=0.0)
+        else:
+            mine = tl.zeros([SLICE], tl.float32)  # unused: the slice reads its columns in levels
+        parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
+        best, done = row_top16(
+            row_ptr,
+            hi - lo,
+            s,
+            mine,
+            cols,
+            parts,
+            count_ptr + t * HS + h,
+            KEY_EXACT,
+            1,
+            0,
+            0.0,
+            0.0,
+            EMULATE_FMA,
+            SLICE,
+            SPLIT,
+            CHUNK,
+            SUPERS,
+            PER_SUPER,
+            GROUP,
+            SORT,
+        )
+        if done:
+            tl.store(dst, msa_output(tl.where(best > 0, best - lo, 0), m, n, init, local))
+    else:  # no candidate to rank: the two windows alone
+        if s == 0:
+            tl.store(dst, msa_output(tl.zeros([_TOPK], tl.int64), 0, n, init, local))
