@@ -20,7 +20,7 @@ from ..arguments import check_int
 from ..cp import HeadLayout, long_requests
 from ..selection import exact_keys, top_keys, two_level_top16
 from ..validate import check_cp
-from .decode import bits_view, query_rows, unwritten
+from .decode import bits_view, query_rows, unwritten, unwritten_tile
 from .inputs import causal_blocks, check_msa_inputs
 from .scores import score_blocks
 from .selection import assemble, candidates
@@ -115,11 +115,7 @@ def cp_decode(
     flag = unwritten(dtype)
 
     # Armed buffers: each rank's q tile (all-ones elements) and receive buffer (-1 keys).
-    def armed_tile():
-        raw = torch.int16 if dtype == torch.bfloat16 else torch.uint8
-        return torch.full((batch, SLOTS, heads, HEAD_DIM), -1 if raw == torch.int16 else 0xFF, dtype=raw).view(dtype)
-
-    tiles = [armed_tile() for _ in range(cp)]
+    tiles = [unwritten_tile((batch, SLOTS, heads, HEAD_DIM), dtype) for _ in range(cp)]
     recv = [torch.full((cp, rows, hr, TOPK), PENDING, dtype=_I64) for _ in range(cp)]
 
     # 1. q exchange (long requests): every rank stores its heads' rows into every tile ...
@@ -158,7 +154,9 @@ def cp_decode(
         best = top_keys(torch.where(cands == PENDING, 0, cands).view(rows * hr, cp * TOPK), TOPK)
         merged = assemble(best, n.repeat_interleave(hr), *windows).view(rows, hr, TOPK)
         recv[o].fill_(PENDING)
-        tiles[o][long_reqs, slots] = armed_tile()[long_reqs, slots]
+        # re-armed: the rows it read (a whole tensor of the pattern: a scalar fill could
+        # canonicalize the NaN's bits)
+        tiles[o][long_reqs, slots] = unwritten_tile(tiles[o][long_reqs, slots].shape, dtype)
         traces[o].merged = merged
         for k, h in enumerate(layout.heads_of(o)):
             if o != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):

@@ -23,13 +23,19 @@ def bits_view(x: torch.Tensor) -> torch.Tensor:
     return x.view(torch.uint8).to(torch.int32)
 
 
+def unwritten_tile(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of ``shape`` whose every element is the all-ones pattern of ``dtype`` (bf16 or
+    e4m3): an armed exchange tile, or the slots a step leaves empty."""
+    if dtype == torch.bfloat16:
+        return torch.full(shape, -1, dtype=torch.int16).view(dtype)
+    return torch.full(shape, 0xFF, dtype=torch.uint8).view(dtype)
+
+
 def query_tile(index_q: torch.Tensor, batch: int, query_len: int) -> torch.Tensor:
     """Query i of request b in slot 8 - q + i of a ``[B, 8, H, 128]`` tile; other slots
     hold the all-ones element (NaN). index_q: ``[B * q, H, 128]``, same dtype out."""
     heads = index_q.shape[1]
-    raw = torch.int16 if index_q.dtype == torch.bfloat16 else torch.uint8
-    ones = -1 if raw == torch.int16 else 0xFF
-    tile = torch.full((batch, SLOTS, heads, HEAD_DIM), ones, dtype=raw).view(index_q.dtype)
+    tile = unwritten_tile((batch, SLOTS, heads, HEAD_DIM), index_q.dtype)
     tile[:, SLOTS - query_len :] = index_q.view(batch, query_len, heads, HEAD_DIM)
     return tile
 
