@@ -41,3 +41,12 @@ def check_pages(name: str, pages, *, at_least: int = 0) -> torch.Tensor:
     if not pages.is_contiguous():
         raise ValueError(f"{name}: must be contiguous (strides {pages.stride()})")
     return pages.detach().cpu()
+
+
+def check_row_head(index_q: torch.Tensor, row, head) -> None:
+    """``row`` and ``head`` name one (query row, head) of ``index_q`` ``[rows, H, 128]``."""
+    rows, heads = index_q.shape[:2]
+    if not 0 <= row < rows:
+        raise ValueError(f"row: the case has {rows} rows (0..{rows - 1}), got {row}")
+    if not 0 <= head < heads:
+        raise ValueError(f"head: the case has {heads} heads (0..{heads - 1}), got {head}")

@@ -12,6 +12,7 @@ import torch
 from indexer_constants import MAX_PAGES, MAX_QUERY_LEN, PAGE, RANKED, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
 
 from . import msa
+from .arguments import check_row_head
 from .cases import PATTERNS, Case, load_case_dict, make_case, seq_len_for
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
@@ -19,7 +20,7 @@ from .msa.cases import DTYPES as MSA_DTYPES
 from .msa.cases import PATTERNS as MSA_PATTERNS
 from .msa.cases import WINDOW_FIELDS
 from .msa.explain import explain as explain_msa
-from .selection import keys_to_pages, keys_to_scores
+from .selection import describe_keys
 from .validate import check_decode_inputs, check_int
 
 PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
@@ -54,20 +55,11 @@ def _decode(args) -> int:
     return 0
 
 
-def _fmt_keys(keys: torch.Tensor) -> str:
-    pages, scores = keys_to_pages(keys).tolist(), keys_to_scores(keys).tolist()
-    cells = [f"{p}({s:.6g})" for p, s in zip(pages, scores) if p >= 0]
-    return " ".join(cells) if cells else "(none)"
-
-
 def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
     """Print what one (row, head) saw on every simulated rank; return True if CP == full."""
     file = file or sys.stdout
+    check_row_head(case.index_q, row, head)
     rows, heads = case.index_q.shape[:2]
-    if not 0 <= row < rows:
-        raise ValueError(f"row: the case has {rows} rows (0..{rows - 1}), got {row}")
-    if not 0 <= head < heads:
-        raise ValueError(f"head: the case has {heads} heads (0..{heads - 1}), got {head}")
     out, trace = cp_decode(*case.args(), cp=cp, trace=True)
     full = full_decode(*case.args())
     q = case.query_len
@@ -91,14 +83,14 @@ def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
                 f"scored {n_local} (score length {int(rt.score_lens[b])}), {n_rank} below own",
                 file=file,
             )
-            print(f"    local top-16: {_fmt_keys(rt.local_keys[row, head])}", file=file)
+            print(f"    local top-16: {describe_keys(rt.local_keys[row, head])}", file=file)
     owners = trace.layout.owners_of(head)
     for o in owners:
         rt = trace.ranks[o]
         k = head - trace.layout.heads_of(o).start
         if own + 1 > TOPK:
             merged = torch.sort(rt.received[:, row, k].reshape(-1), descending=True).values[:RANKED]
-            print(f"  owner rank {o}: best {RANKED} of {cp * TOPK} candidates: {_fmt_keys(merged)}", file=file)
+            print(f"  owner rank {o}: best {RANKED} of {cp * TOPK} candidates: {describe_keys(merged)}", file=file)
         print(f"  owner rank {o} output: {rt.merged[row, k].tolist()}", file=file)
     ok = torch.equal(out[row, head], full[row, head])
     print(f"full_decode:          {full[row, head].tolist()}", file=file)

@@ -181,3 +181,10 @@ def select(scores: torch.Tensor, own: torch.Tensor, num_pages: int, key: str = "
     else:
         raise ValueError(f"key: expected 'exact' or 'stock', got {key!r}")
     return assemble_rows(top_keys(keys, RANKED), own)
+
+
+def describe_keys(keys: torch.Tensor) -> str:
+    """Exact keys (int64 ``[n]``) as ``page(score) ...`` for the explains; "(none)" if none is valid."""
+    pages, scores = keys_to_pages(keys).tolist(), keys_to_scores(keys).tolist()
+    cells = [f"{p}({s:.6g})" for p, s in zip(pages, scores) if p >= 0]
+    return " ".join(cells) if cells else "(none)"

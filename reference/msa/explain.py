@@ -8,16 +8,11 @@ import torch
 
 from indexer_constants import MAX_PAGES, TOPK
 
-from ..selection import keys_to_pages, keys_to_scores
+from ..arguments import check_row_head
+from ..selection import describe_keys
 from .cases import MsaCase
 from .cp import cp_decode
 from .decode import full_decode
-
-
-def _fmt_keys(keys: torch.Tensor) -> str:
-    pages, scores = keys_to_pages(keys).tolist(), keys_to_scores(keys).tolist()
-    cells = [f"{p}({s:.6g})" for p, s in zip(pages, scores) if p >= 0]
-    return " ".join(cells) if cells else "(none)"
 
 
 def explain(case: MsaCase, row: int, head: int, cp: int, file=None) -> bool:
@@ -25,11 +20,8 @@ def explain(case: MsaCase, row: int, head: int, cp: int, file=None) -> bool:
 
     row: 0 .. B * q - 1; head: 0 .. H - 1; cp: 1, 2, 4 or 8."""
     file = file or sys.stdout
+    check_row_head(case.index_q, row, head)
     rows, heads = case.index_q.shape[:2]
-    if not 0 <= row < rows:
-        raise ValueError(f"row: the case has {rows} rows (0..{rows - 1}), got {row}")
-    if not 0 <= head < heads:
-        raise ValueError(f"head: the case has {heads} heads (0..{heads - 1}), got {head}")
     out, trace = cp_decode(*case.args(), **case.windows(), cp=cp, trace=True)
     full = full_decode(*case.args(), **case.windows())
     q, init, local = case.query_len, case.init_blocks, case.local_blocks
@@ -52,7 +44,7 @@ def explain(case: MsaCase, row: int, head: int, cp: int, file=None) -> bool:
         print(f"long row: forced {forced}; ranks {TOPK - init - local} of blocks < {min(n, p)}", file=file)
         for rt in trace.ranks:
             print(f"  rank {rt.rank} (owns heads {list(rt.heads)}): blocks {rt.rank}, {rt.rank + cp}, ...", file=file)
-            print(f"    local top-16: {_fmt_keys(rt.local_keys[row, head])}", file=file)
+            print(f"    local top-16: {describe_keys(rt.local_keys[row, head])}", file=file)
     for o in trace.layout.owners_of(head):
         rt = trace.ranks[o]
         k = head - trace.layout.heads_of(o).start
