@@ -20,6 +20,7 @@ from .msa.cases import DTYPES as MSA_DTYPES
 from .msa.cases import PATTERNS as MSA_PATTERNS
 from .msa.cases import WINDOW_FIELDS
 from .msa.explain import explain as explain_msa
+from .msa.inputs import check_msa_inputs
 from .selection import describe_keys
 from .validate import check_decode_inputs, check_int
 
@@ -117,33 +118,26 @@ def _make_case(args) -> int:
     if args.format == "nvfp4":
         if args.init_blocks is not None or args.local_blocks is not None:
             raise ValueError("init-blocks: forced windows belong to the bf16 / fp8 formats, not nvfp4")
-        if args.pattern not in PATTERNS:
-            raise ValueError(f"pattern: the nvfp4 format takes one of {PATTERNS}, got {args.pattern!r}")
-        case = make_case(
-            args.seed,
-            lens,
-            query_len=args.query_len,
-            heads=args.heads,
-            pattern=args.pattern,
-            table_width=args.table_width,
-        )
-        check_decode_inputs(*case.args())  # a case that decode would refuse is not written
+        builder, patterns, check, dtype, windows = make_case, PATTERNS, check_decode_inputs, {}, {}
     else:
-        if args.pattern not in MSA_PATTERNS:
-            raise ValueError(f"pattern: the {args.format} format takes one of {MSA_PATTERNS}, got {args.pattern!r}")
-        windows = {"init_blocks": 1 if args.init_blocks is None else args.init_blocks}
-        windows["local_blocks"] = 1 if args.local_blocks is None else args.local_blocks
-        case = msa.make_case(
-            args.seed,
-            lens,
-            dtype=args.format,
-            query_len=args.query_len,
-            heads=args.heads,
-            pattern=args.pattern,
-            table_width=args.table_width,
-            **windows,
-        )
-        msa.full_decode(*case.args(), **case.windows())  # refused inputs are not written
+        builder, patterns, check, dtype = msa.make_case, MSA_PATTERNS, check_msa_inputs, {"dtype": args.format}
+        windows = {
+            "init_blocks": 1 if args.init_blocks is None else args.init_blocks,
+            "local_blocks": 1 if args.local_blocks is None else args.local_blocks,
+        }
+    if args.pattern not in patterns:
+        raise ValueError(f"pattern: the {args.format} format takes one of {patterns}, got {args.pattern!r}")
+    case = builder(
+        args.seed,
+        lens,
+        query_len=args.query_len,
+        heads=args.heads,
+        pattern=args.pattern,
+        table_width=args.table_width,
+        **dtype,
+        **windows,
+    )
+    check(*case.args(), **windows)  # a case that decode would refuse is not written
     case.save(args.out)
     print(
         f"wrote {args.out}: {case.name}, {len(lens)} requests, {case.index_q.shape[1]} heads, P_table "
