@@ -89,66 +89,45 @@ lengths = st.lists(
 )
 
 
-@settings(deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    lens=lengths,
-    query_len=st.integers(1, SLOTS),
-    heads=st.sampled_from([1, 2, 4, 8]),
-    win=windows,
-    dtype=st.sampled_from(sorted(DTYPES)),
-    pattern=st.sampled_from(("random",) + EXACT_PATTERNS),
-    narrow=st.booleans(),
-)
-def test_full_decode_is_the_sorted_selection(seed, lens, query_len, heads, win, dtype, pattern, narrow):
-    lens = [0 if n == 0 else max(n, query_len) for n in lens]
-    width = 20 if narrow else None  # narrow: a length past the table
-    case = msa.make_case(
-        seed,
+@st.composite
+def msa_cases(draw, narrow: bool = False):
+    """An MSA case: lengths (padding, short, around the 16-block edge), q 1..8, H 1/2/4/8,
+    forced windows of 0..16 blocks, both dtypes, random or exact keys; ``narrow``: maybe a
+    table of 20 columns (a length past the table)."""
+    query_len = draw(st.integers(1, SLOTS))
+    lens = [0 if n == 0 else max(n, query_len) for n in draw(lengths)]
+    init, local = draw(windows)
+    return msa.make_case(
+        draw(st.integers(0, 2**16)),
         lens,
-        dtype=dtype,
+        dtype=draw(st.sampled_from(sorted(DTYPES))),
         query_len=query_len,
-        heads=heads,
-        pattern=pattern,
-        init_blocks=win[0],
-        local_blocks=win[1],
-        table_width=width,
+        heads=draw(st.sampled_from([1, 2, 4, 8])),
+        pattern=draw(st.sampled_from(("random",) + EXACT_PATTERNS)),
+        init_blocks=init,
+        local_blocks=local,
+        table_width=20 if narrow and draw(st.booleans()) else None,
     )
+
+
+@settings(deadline=None)
+@given(msa_cases(narrow=True))
+def test_full_decode_is_the_sorted_selection(case):
     out = msa.full_decode(*case.args(), **case.windows())
+    win = (case.init_blocks, case.local_blocks)
     inputs = check_msa_inputs(*case.args(), *win)
     scores = full_scores(inputs)
-    n = causal_blocks(inputs.seq_lens, query_len)
+    n = causal_blocks(inputs.seq_lens, case.query_len)
     for row in range(out.shape[0]):
-        for h in range(heads):
+        for h in range(out.shape[1]):
             want = sorted_selection(scores[row, h], int(n[row]), inputs.num_pages, *win)
             assert out[row, h].tolist() == want, (row, h)
 
 
 @settings(deadline=None)
-@given(
-    seed=st.integers(0, 2**16),
-    lens=lengths,
-    query_len=st.integers(1, SLOTS),
-    heads=st.sampled_from([1, 2, 4, 8]),
-    cp=st.sampled_from([1, 2, 4, 8]),
-    win=windows,
-    dtype=st.sampled_from(sorted(DTYPES)),
-    pattern=st.sampled_from(("random",) + EXACT_PATTERNS),
-    extra=st.integers(0, 2),
-)
-def test_cp_equals_the_oracle(seed, lens, query_len, heads, cp, win, dtype, pattern, extra):
+@given(msa_cases(), st.sampled_from([1, 2, 4, 8]), st.integers(0, 2))
+def test_cp_equals_the_oracle(case, cp, extra):
     """Every rank simulated, with the protocol's flags; any width >= ceil(P / CP)."""
-    lens = [0 if n == 0 else max(n, query_len) for n in lens]
-    case = msa.make_case(
-        seed,
-        lens,
-        dtype=dtype,
-        query_len=query_len,
-        heads=heads,
-        pattern=pattern,
-        init_blocks=win[0],
-        local_blocks=win[1],
-    )
     p = case.block_table.shape[1]
     width = -(-p // cp) + extra
     out = msa.cp_decode(*case.args(), **case.windows(), cp=cp, width=width)
