@@ -145,8 +145,8 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     Bug(
         "reference checks one column too many",
         "reference/validate.py",
-        "    touched = cols[None, :] < read[:, None]\n",
-        "    touched = cols[None, :] <= read[:, None]\n",
+        "    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(min=0)  # pages before the own one\n",
+        "    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(min=0) + 1\n",
         REFERENCE_TESTS + ("tests/test_guards.py",),
         "inputs",
     ),

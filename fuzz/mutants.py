@@ -108,8 +108,8 @@ MUTANTS = [
         "msa stock candidates overlap the local window",
         "msa-kernels",
         "fast.kernels.msa_select",
-        "        hi = tl.minimum(n - local, P)\n",
-        "        hi = tl.minimum(n - local + 1, P)\n",
+        "    hi = tl.minimum(n - local, P)\n",
+        "    hi = tl.minimum(n - local + 1, P)\n",
     ),
 ]
 

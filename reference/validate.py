@@ -19,15 +19,16 @@ from indexer_constants import (
 from .arguments import check_int, check_tensor
 from .nvfp4 import split_pages
 
-__all__ = ["DecodeInputs", "check_cp", "check_decode_inputs", "check_int", "check_tensor"]
+__all__ = ["DecodeInputs", "check_cp", "check_decode_inputs", "check_int", "check_requests", "check_tensor"]
 
 
 @dataclass(frozen=True)
 class DecodeInputs:
     """Checked decode inputs, on the CPU.
 
-    index_q: float8_e4m3fn [rows, H, 128]; k_cache: uint8 [N, 128, 72];
-    block_table: int32 [B, P_table]; seq_lens: int32 [B]; rows = B * query_len.
+    index_q: [rows, H, 128]; k_cache: [N, 128, row]; block_table: int32 [B, P_table];
+    seq_lens: int32 [B]; rows = B * query_len. NVFP4 (``check_decode_inputs``): e4m3
+    queries and uint8 [N, 128, 72] pages; ``msa.inputs.MsaInputs`` extends it.
     """
 
     index_q: torch.Tensor
@@ -80,6 +81,16 @@ def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> D
         raise ValueError(f"k_cache: expected shape [N >= 1, {PAGE}, {ROW_BYTES}], got {list(kc.shape)}")
     if bool(((split_pages(kc)[1] & 0x7F) == 0x7F).any()):
         raise ValueError("k_cache: a scale byte is an E4M3 NaN (0x7F/0xFF)")
+    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(min=0)  # pages before the own one
+    check_requests(rows, bt, sl, query_len, read, kc.shape[0])
+    return DecodeInputs(q, kc, bt, sl, query_len)
+
+
+def check_requests(rows: int, bt: torch.Tensor, sl: torch.Tensor, query_len: int, read, num_blocks: int):
+    """The checks both formats share, on CPU tensors: a table row per length and at least one
+    column, ``rows = B * query_len`` query rows, the length rule, and every id the decode
+    reads (columns ``j < min(read[b], P)``) a block of the cache. read: int64 ``[B]``.
+    Returns bool ``[B, P_table]``: the columns read."""
     batch = sl.shape[0]
     if bt.shape[0] != batch:
         raise ValueError(f"block_table: expected {batch} rows (one per request in seq_lens), got {bt.shape[0]}")
@@ -95,17 +106,13 @@ def check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len) -> D
         raise ValueError(
             f"seq_lens: request {b} has length {int(sl[b])}; a length is 0 (padding) or >= query_len ({query_len})"
         )
-    num_pages = min(bt.shape[1], MAX_PAGES)
-    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(0, num_pages)
-    cols = torch.arange(bt.shape[1])
-    touched = cols[None, :] < read[:, None]
-    bad = touched & ((bt < 0) | (bt >= kc.shape[0]))
+    read = read.clamp(max=min(bt.shape[1], MAX_PAGES))
+    touched = torch.arange(bt.shape[1])[None, :] < read[:, None]
+    bad = touched & ((bt < 0) | (bt >= num_blocks))
     if bool(bad.any()):
         b, j = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(
-            f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})"
-        )
-    return DecodeInputs(q, kc, bt, sl, query_len)
+        raise ValueError(f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {num_blocks})")
+    return touched
 
 
 def check_cp(cp) -> int:

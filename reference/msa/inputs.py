@@ -9,40 +9,20 @@ import torch
 from indexer_constants import HEAD_DIM, MAX_PAGES, MAX_QUERY_LEN, PAGE, SUPPORTED_HEADS, TOPK
 
 from ..arguments import check_int, check_tensor
+from ..validate import DecodeInputs, check_requests
 
 # The key dtypes this format takes; the queries come in the cache's dtype.
 KEY_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
 
 
 @dataclass(frozen=True)
-class MsaInputs:
-    """Checked MSA decode inputs, on the CPU.
+class MsaInputs(DecodeInputs):
+    """Checked MSA decode inputs, on the CPU: ``DecodeInputs`` with index_q bf16 or e4m3
+    [rows, H, 128], k_cache the same dtype [N, 128, 128], and the forced windows
+    init_blocks, local_blocks (init_blocks + local_blocks <= 16)."""
 
-    index_q: bf16 or e4m3 [rows, H, 128]; k_cache: the same dtype [N, 128, 128];
-    block_table: int32 [B, P_table]; seq_lens: int32 [B]; rows = B * query_len;
-    init_blocks, local_blocks: the forced windows, init_blocks + local_blocks <= 16.
-    """
-
-    index_q: torch.Tensor
-    k_cache: torch.Tensor
-    block_table: torch.Tensor
-    seq_lens: torch.Tensor
-    query_len: int
     init_blocks: int
     local_blocks: int
-
-    @property
-    def batch(self) -> int:
-        return self.seq_lens.shape[0]
-
-    @property
-    def heads(self) -> int:
-        return self.index_q.shape[1]
-
-    @property
-    def num_pages(self) -> int:
-        """P = min(P_table, MAX_PAGES): the blocks the table holds."""
-        return min(self.block_table.shape[1], MAX_PAGES)
 
 
 def check_windows(init_blocks, local_blocks) -> tuple[int, int]:
@@ -102,28 +82,9 @@ def check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_bl
         raise ValueError(f"index_q: expected [rows, H, {HEAD_DIM}], got {list(q.shape)}")
     if q.shape[1] not in SUPPORTED_HEADS:
         raise ValueError(f"index_q: head count must be one of {SUPPORTED_HEADS}, got {q.shape[1]}")
-    batch = sl.shape[0]
-    if bt.shape[0] != batch:
-        raise ValueError(f"block_table: expected {batch} rows (one per request in seq_lens), got {bt.shape[0]}")
-    if bt.shape[1] < 1:
-        raise ValueError("block_table: must have at least one column")
-    if q.shape[0] != batch * query_len:
-        raise ValueError(f"index_q: expected {batch} * {query_len} = {batch * query_len} rows, got {q.shape[0]}")
-    invalid = (sl < query_len) & (sl != 0)
-    if bool(invalid.any()):
-        b = int(invalid.nonzero()[0])
-        raise ValueError(
-            f"seq_lens: request {b} has length {int(sl[b])}; a length is 0 (padding) or >= query_len ({query_len})"
-        )
+    read = -(-sl.to(torch.int64) // PAGE)  # the whole causal range, the own block included
+    touched = check_requests(q.shape[0], bt, sl, query_len, read, kc.shape[0])
     num_pages = min(bt.shape[1], MAX_PAGES)
-    read = (-(-sl.to(torch.int64) // PAGE)).clamp(0, num_pages)
-    touched = torch.arange(bt.shape[1])[None, :] < read[:, None]
-    bad = touched & ((bt < 0) | (bt >= kc.shape[0]))
-    if bool(bad.any()):
-        b, j = (int(v) for v in bad.nonzero()[0])
-        raise ValueError(
-            f"block_table: entry [{b}, {j}] = {int(bt[b, j])} is not a page of k_cache (N = {kc.shape[0]})"
-        )
     ids = bt[:, :num_pages][touched[:, :num_pages]].to(torch.int64).unique()
     if ids.numel() and not bool(torch.isfinite(kc[ids].float()).all()):
         raise ValueError("k_cache: a page the table reads holds a NaN or an infinity (every read key must be finite)")
