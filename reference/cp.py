@@ -217,16 +217,27 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
         recv[o].fill_(PENDING)
         tiles[o][long_reqs, slots] = UNWRITTEN_Q
         traces[o].merged = merged
-        for k, h in enumerate(layout.heads_of(o)):
-            if o != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):
-                raise RuntimeError(f"rank {o}: its merge of head {h} differs from another replica's")
-            out[:, h] = merged[:, k]
-    # The step must leave every buffer armed for the next one (a real next step would
-    # otherwise read stale queries or candidates as if they had arrived).
-    for r in range(cp):
-        if not bool((tiles[r] == UNWRITTEN_Q).all()) or not bool((recv[r] == PENDING).all()):
-            raise RuntimeError(f"rank {r}: the step left a buffer un-armed (a stale q or candidate)")
+        place_merged(out, merged, layout, o)
+    check_rearmed([bool((t == UNWRITTEN_Q).all()) for t in tiles], recv)
     return out, CPTrace(layout, width, own, traces)
+
+
+def place_merged(out: torch.Tensor, merged: torch.Tensor, layout: HeadLayout, owner: int) -> None:
+    """Write owner rank's merged rows (int32 ``[rows, Hr, 16]``) into ``out`` ``[rows, H,
+    16]``; a replica of a head (not its first owner) must agree with what is there."""
+    for k, h in enumerate(layout.heads_of(owner)):
+        if owner != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):
+            raise RuntimeError(f"rank {owner}: its merge of head {h} differs from another replica's")
+        out[:, h] = merged[:, k]
+
+
+def check_rearmed(tiles_armed: list[bool], recv: list[torch.Tensor]) -> None:
+    """The step must leave every buffer armed for the next one (a real next step would
+    otherwise read stale queries or candidates as if they had arrived): per rank, whether
+    its q tile holds only the unwritten pattern, and its receive buffer only -1."""
+    for r, armed in enumerate(tiles_armed):
+        if not armed or not bool((recv[r] == PENDING).all()):
+            raise RuntimeError(f"rank {r}: the step left a buffer un-armed (a stale q or candidate)")
 
 
 def cp_decode(index_q, k_cache, block_table, seq_lens, query_len, *, cp, width=None, trace=False):

@@ -17,7 +17,7 @@ import torch
 from indexer_constants import HEAD_DIM, PENDING, SLOTS, TOPK
 
 from ..arguments import check_int
-from ..cp import HeadLayout, long_requests
+from ..cp import HeadLayout, check_rearmed, long_requests, place_merged
 from ..selection import exact_keys, top_keys, two_level_top16
 from ..validate import check_cp
 from .decode import bits_view, query_rows, unwritten, unwritten_tile
@@ -158,12 +158,6 @@ def cp_decode(
         # canonicalize the NaN's bits)
         tiles[o][long_reqs, slots] = unwritten_tile(tiles[o][long_reqs, slots].shape, dtype)
         traces[o].merged = merged
-        for k, h in enumerate(layout.heads_of(o)):
-            if o != layout.owners_of(h)[0] and not torch.equal(out[:, h], merged[:, k]):
-                raise RuntimeError(f"rank {o}: its merge of head {h} differs from another replica's")
-            out[:, h] = merged[:, k]
-    for r in range(cp):
-        if not bool((bits_view(tiles[r]) == flag).all()) or not bool((recv[r] == PENDING).all()):
-            raise RuntimeError(f"rank {r}: the step left a buffer un-armed (a stale q or candidate)")
-    result = out
-    return (result, MsaTrace(layout, width, n, traces)) if trace else result
+        place_merged(out, merged, layout, o)
+    check_rearmed([bool((bits_view(t) == flag).all()) for t in tiles], recv)
+    return (out, MsaTrace(layout, width, n, traces)) if trace else out
