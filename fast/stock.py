@@ -37,7 +37,7 @@ class StockPlan:
     block_table: torch.Tensor  # int32 [B, P_table], the caller's
     seq_lens: torch.Tensor  # int32 [B], the caller's
     pages: int  # P = min(P_table, MAX_PAGES): the columns scored
-    tile: torch.Tensor  # uint8 [B, 8, Hs, 128]: the step's queries in their slots
+    tile: torch.Tensor  # [B, 8, Hs, 128] (E4M3 bytes; MSA: the key dtype): the step's queries in their slots
     scores: torch.Tensor  # fp32 [B, 8 * Hs, W]
     bounds: torch.Tensor  # int32 [B, 4]: each request's id bounds (kernels.guards.row_id_bounds)
 
@@ -70,6 +70,13 @@ class StockDecode:
         self._parts = torch.zeros(SPLIT_PROGRAMS * TOPK, dtype=torch.int64, device=self.device)
         self._counts = torch.zeros(SPLIT_PROGRAMS // 2, dtype=torch.int32, device=self.device)
 
+    # Each request's id bounds over the columns the decode reads (kernels.guards).
+    BOUNDS_KERNEL = table_bounds_kernel
+
+    def _armed_tile(self, batch: int) -> torch.Tensor:
+        """A plan's q tile ``[B, 8, Hs, 128]``, every element unwritten (E4M3 0xFF bytes)."""
+        return torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
+
     def new_layer(self) -> StockLayer:
         """A layer for ``forward`` (nothing to allocate)."""
         return StockLayer()
@@ -86,13 +93,13 @@ class StockDecode:
         checks.table_not_wider(pages, self.width)
         p = self._plans.get(batch)
         if p is None:
-            tile = torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
+            tile = self._armed_tile(batch)
             scores = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
             bounds = torch.empty(batch, BOUND_WORDS, dtype=torch.int32, device=self.device)
             p = self._plans[batch] = StockPlan(batch, block_table, seq_lens, pages, tile, scores, bounds)
         p.block_table, p.seq_lens, p.pages = block_table, seq_lens, pages
         if batch:
-            table_bounds_kernel[(batch,)](
+            self.BOUNDS_KERNEL[(batch,)](
                 block_table,
                 seq_lens,
                 p.bounds,
@@ -113,12 +120,13 @@ class StockDecode:
         stage_times: dict | None = None,
     ) -> torch.Tensor:
         """One layer's stock decode. index_q: float8_e4m3fn [B * q, heads, 128]; k_cache:
-        uint8 [N, 128, 72]; out: int32 [B * q, heads, 16]. Returns out. stage_times: as
+        uint8 [N, 128, 72] (a subclass's format: its ``_check_forward``); out: int32
+        [B * q, heads, 16]. Returns out. stage_times: as
         ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select").
         Lengths and ids as ``IndexerDecodeCP.forward``: padding (0) and bad requests get
         sixteen -1 per row, and ``check()`` names the first bad one."""
         checks.state_operands(layer, plan, StockLayer, StockPlan, self._plans)
-        checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, self.heads, self.device)
+        self._check_forward(index_q, k_cache, out, query_len, plan.batch)
         rows = plan.batch * query_len
         if rows == 0:
             return out
@@ -128,9 +136,23 @@ class StockDecode:
             plan.tile.view(torch.int32),
             HS=self.heads,
             QLEN=query_len,
+            WORDS=HEAD_DIM * index_q.element_size() // 4,
             **pdl_options(self.pdl),
         )
         split = self._split(rows)
+        self._score(plan, k_cache, query_len, split)
+        clock.lap("score")
+        self._select(plan, out, query_len, split, k_cache.shape[0])
+        clock.lap("select")
+        clock.done()
+        return out
+
+    def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
+        """forward's host checks: e4m3 queries, NVFP4 pages (``checks.forward_inputs``)."""
+        checks.forward_inputs(index_q, k_cache, out, query_len, batch, self.heads, self.device)
+
+    def _score(self, plan: StockPlan, k_cache: torch.Tensor, query_len: int, split_plan: tuple) -> None:
+        """The scorer over the plan's whole table, the step's slots only."""
         score_pages(
             plan.tile,
             k_cache,
@@ -139,14 +161,9 @@ class StockDecode:
             plan.scores[:, :, : plan.pages],
             pdl=self.pdl,
             prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split[0]),
+            release=self.pdl and release_select(plan.batch * query_len * self.heads * split_plan[0]),
             first_slot=SLOTS - query_len,
         )
-        clock.lap("score")
-        self._select(plan, out, query_len, split, k_cache.shape[0])
-        clock.lap("select")
-        clock.done()
-        return out
 
     def check(self) -> None:
         """Raise BadBlockIdError / BadLengthError for the first bad input a forward saw
