@@ -53,23 +53,27 @@ def teardown_module():
         p.close()
 
 
-def _cp_param(cp):
-    """CP = 8 is slow on CPU ranks. On GPUs, a CP above the GPU count puts several ranks on
-    one GPU (time-sliced, a correctness-only configuration): `make test-slow` runs those.
+def _cp_param(cp, slow_on_cpu=(8,)):
+    """CP = 8 (and ``slow_on_cpu``'s others) is slow on CPU ranks. On GPUs, a CP above the
+    GPU count puts several ranks on one GPU (time-sliced, a correctness-only
+    configuration): `make test-slow` runs those.
     On the 2 x H200 machine (2026-11-29) one of them failed: test_past_the_table_and_max_pages
     at CP = 4 on 2 GPUs (H = 2, two replicas per head) had the replicas of head 1 disagree;
     see the GPU issue's note."""
     shared = BACKEND == "cuda" and cp > GPUS
-    slow = shared or (cp == 8 and BACKEND == "cpu")
+    slow = shared or (cp in slow_on_cpu and BACKEND == "cpu")
     return pytest.param(
         cp, id=f"cp{cp}-{BACKEND}" + ("-shared-gpus" if shared else ""), marks=[pytest.mark.slow] if slow else []
     )
 
 
 CPS = [_cp_param(cp) for cp in (1, 2, 4, 8)]
+# Hypothesis over 4 interpreter ranks took 39 s of CI's 2 cores; CP = 4 stays in CI's tier
+# through the fixed cases below (the table edge, past the table).
+CPS_FUZZED = [_cp_param(cp, slow_on_cpu=(4, 8)) for cp in (1, 2, 4, 8)]
 
 
-@pytest.mark.parametrize("cp", CPS)
+@pytest.mark.parametrize("cp", CPS_FUZZED)
 @settings(max_examples=8)
 @given(cfg=decode_configs(max_pages=MAX_PAGES, patterns=tuple(EXACT_PATTERNS), big=BACKEND == "cuda"))
 def test_cp_equals_oracle(cp, cfg):
