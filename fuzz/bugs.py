@@ -27,6 +27,8 @@ CP_TESTS = ("tests/test_guards.py", "tests/test_cp_one_rank.py")
 # would deselect the single-process files of the same run): two replicas a head with a
 # lagging rank, a rank skipping an all-short step, lengths past the table on every rank.
 RANK_TESTS = ("-m multirank tests/test_protocol_ranks.py -k 'cp2-h1 or waits_for_nobody or table_edge'",)
+# The BF16 / FP8 format's fast parts: the scorer, then the stock decode (guards, select).
+MSA_TESTS = ("tests/test_msa_scorer.py", "tests/test_msa_stock.py")
 MISSING_PEER = ("-m multirank tests/test_protocol_ranks.py -k missing_peer",)
 FLAGGED = ("-m multirank tests/test_protocol_ranks.py -k waits_for_nothing_again",)
 
@@ -441,6 +443,47 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         "not 0 <= seconds <= 3600:",
         ("tests/test_bad_inputs.py",),
         "inputs",
+    ),
+    # The BF16 / FP8 format (docs/DESIGN.md §10): its scorer, its guards and its select.
+    Bug(
+        "msa scorer skips the query's own block",
+        "fast/kernels/msa_scorer.py",
+        "    computed = tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)\n",
+        "    computed = tl.minimum(tl.maximum(length, 0) // _PAGE, num_pages)\n",
+        MSA_TESTS,
+        "msa-kernels",
+    ),
+    Bug(
+        "msa scorer scores unwritten query rows",
+        "fast/kernels/msa_scorer.py",
+        '            score = tl.where(ok & ~unwritten, score, float("nan"))\n',
+        '            score = tl.where(ok, score, float("nan"))\n',
+        MSA_TESTS,
+        "msa-kernels",
+    ),
+    Bug(
+        "msa guards judge the ids before the own block only",
+        "fast/kernels/msa_select.py",
+        "    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) + _PAGE - 1) // _PAGE, P), 0)\n",
+        "    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) - 1) // _PAGE, P), 0)\n",
+        MSA_TESTS,
+        "msa-kernels",
+    ),
+    Bug(
+        "msa select keeps one candidate too many",
+        "fast/kernels/msa_select.py",
+        "    m = _TOPK - init - local\n",
+        "    m = _TOPK - init - local + 1\n",
+        MSA_TESTS,
+        "msa-kernels",
+    ),
+    Bug(
+        "msa reference forced init window one block long",
+        "reference/msa/selection.py",
+        "    return (blocks < n) & ((blocks < init_blocks) | (blocks >= n - local_blocks))\n",
+        "    return (blocks < n) & ((blocks <= init_blocks) | (blocks >= n - local_blocks))\n",
+        ("tests/test_msa_reference.py",),
+        "msa-reference",
     ),
 ]
 
