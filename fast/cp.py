@@ -90,6 +90,8 @@ class IndexerDecodeCP:
     ``[(r // R) * Hr, (r // R + 1) * Hr)`` (Hr = max(1, H / CP), R = max(1, CP / H)).
     """
 
+    query_dtype = torch.float8_e4m3fn  # index_q's dtype
+
     def __init__(
         self,
         *,

@@ -20,10 +20,11 @@ from .checks import check_int, check_tensor
 
 
 class Decode(Protocol):
-    """What ``GraphedDecode`` needs of a decode state (both decodes provide it)."""
+    """What ``GraphedDecode`` needs of a decode state (every decode provides it)."""
 
     device: torch.device
     local_heads: int  # the heads of index_q and out in forward
+    query_dtype: torch.dtype  # index_q's dtype in forward
 
     def new_layer(self): ...
 
@@ -44,11 +45,11 @@ CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64)
 class _Static:
     """The fixed-address inputs and outputs one padded batch size's graph reads and writes."""
 
-    def __init__(self, batch: int, query_len: int, heads: int, table_width: int, layers: int, device):
+    def __init__(self, batch: int, query_len: int, heads: int, table_width: int, layers: int, q_dtype, device):
         i32 = dict(dtype=torch.int32, device=device)
         self.block_table = torch.zeros(batch, table_width, **i32)
         self.seq_lens = torch.zeros(batch, **i32)  # padding requests: sixteen -1 per row
-        self.index_q = torch.zeros(layers, batch * query_len, heads, HEAD_DIM, dtype=torch.float8_e4m3fn, device=device)
+        self.index_q = torch.zeros(layers, batch * query_len, heads, HEAD_DIM, dtype=q_dtype, device=device)
         self.out = torch.full((layers, batch * query_len, heads, TOPK), -1, **i32)
         self.graph: torch.cuda.CUDAGraph | None = None
 
@@ -56,9 +57,10 @@ class _Static:
 class GraphedDecode:
     """``layers`` consecutive decode layers of one rank, replayed from CUDA graphs.
 
-    decode: an ``IndexerDecodeCP`` or a ``StockDecode`` (this builds its layers: for CP a
-    collective, in the same order on every rank). k_caches: uint8
-    ``[N, 128, 72]`` tensors, layer i reads ``k_caches[i % len]``. table_width: the block
+    decode: an ``IndexerDecodeCP``, a ``StockDecode`` or an ``MsaStockDecode`` (this builds
+    its layers: for CP a collective, in the same order on every rank); its ``query_dtype``
+    is index_q's. k_caches: the decode's caches (uint8 ``[N, 128, 72]``; MSA ``[N, 128,
+    128]`` in the key dtype), layer i reads ``k_caches[i % len]``. table_width: the block
     table width every step uses (it fixes P, so it may not change). A step pads its batch to
     the smallest of ``sizes`` that holds it: padding requests get ``seq_len = 0`` (nothing
     read, sixteen -1 per row) and their outputs are dropped.
@@ -74,7 +76,7 @@ class GraphedDecode:
         layers: int = 1,
         sizes: tuple[int, ...] = CAPTURE_SIZES,
     ):
-        for name in ("new_layer", "plan", "forward", "check", "reset", "local_heads", "device"):
+        for name in ("new_layer", "plan", "forward", "check", "reset", "local_heads", "device", "query_dtype"):
             if not hasattr(decode, name):
                 raise TypeError(f"decode: expected an IndexerDecodeCP or a StockDecode, got {type(decode).__name__}")
         if decode.device.type != "cuda":
@@ -115,13 +117,13 @@ class GraphedDecode:
     def prepare(self, block_table: torch.Tensor, seq_lens: torch.Tensor, index_q: torch.Tensor) -> _Static:
         """Copy one step's inputs into the static buffers of its padded size and plan.
 
-        block_table: int32 [b, table_width]; seq_lens: int32 [b]; index_q: float8_e4m3fn
-        [layers, b * q, heads, 128] (or [b * q, heads, 128], used by every layer).
+        block_table: int32 [b, table_width]; seq_lens: int32 [b]; index_q: the decode's
+        query_dtype, [layers, b * q, heads, 128] (or [b * q, heads, 128], used by every layer).
         """
         check_tensor("seq_lens", seq_lens, torch.int32, 1)
         check_tensor("block_table", block_table, torch.int32, 2)
         per_layer = isinstance(index_q, torch.Tensor) and index_q.dim() == 4
-        check_tensor("index_q", index_q, torch.float8_e4m3fn, 4 if per_layer else 3)
+        check_tensor("index_q", index_q, self.decode.query_dtype, 4 if per_layer else 3)
         b = seq_lens.shape[0]
         rows = (b * self.query_len, self.heads, HEAD_DIM)
         if tuple(index_q.shape[-3:]) != rows or (per_layer and index_q.shape[0] != self.layers):
@@ -135,7 +137,7 @@ class GraphedDecode:
         s = self._static.get(size)
         if s is None:
             s = self._static[size] = _Static(
-                size, self.query_len, self.heads, self.table_width, self.layers, self.device
+                size, self.query_len, self.heads, self.table_width, self.layers, self.decode.query_dtype, self.device
             )
         s.block_table[:b].copy_(block_table)
         s.seq_lens[:b].copy_(seq_lens)

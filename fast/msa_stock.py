@@ -49,7 +49,7 @@ class MsaStockDecode(StockDecode):
         checks.forced_windows(init_blocks, local_blocks)
         super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl, split=split)
         self.key_format = key_format
-        self.dtype = KEY_FORMATS[key_format]
+        self.dtype = self.query_dtype = KEY_FORMATS[key_format]
         self.init_blocks, self.local_blocks = init_blocks, local_blocks
 
     def _armed_tile(self, batch: int) -> torch.Tensor:

@@ -72,6 +72,7 @@ class StockDecode:
 
     # Each request's id bounds over the columns the decode reads (kernels.guards).
     BOUNDS_KERNEL = table_bounds_kernel
+    query_dtype = torch.float8_e4m3fn  # index_q's dtype
 
     def _armed_tile(self, batch: int) -> torch.Tensor:
         """A plan's q tile ``[B, 8, Hs, 128]``, every element unwritten (E4M3 0xFF bytes)."""

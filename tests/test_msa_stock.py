@@ -133,3 +133,29 @@ def test_forward_refuses_the_other_format():
     with pytest.raises(TypeError, match="index_q: expected dtype torch.float8_e4m3fn"):
         sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, 1)
     assert PAGE == 128
+
+
+@pytest.mark.gpu
+def test_graph_replay_of_the_msa_stock_decode():
+    """GPU: MsaStockDecode under GraphedDecode (two layers, batch sizes padded to 1/2/4,
+    new tables, lengths and queries every step, planned between replays) equals the oracle."""
+    from fast.graphs import GraphedDecode
+
+    gen = torch.Generator().manual_seed(4)
+    width, heads, q = 40, 2, 2
+    for fmt in ("fp8", "bf16"):
+        sd = MsaStockDecode(
+            heads=heads, max_reqs=4, device=DEV, key_format=fmt, init_blocks=2, local_blocks=3, pdl=True
+        )
+        cache = msa.make_case(2, [seq_len_for(width, 0)], dtype=fmt, query_len=q, heads=heads, pattern="late").k_cache
+        graphed = GraphedDecode(sd, query_len=q, table_width=width, k_caches=[on(cache)], layers=2, sizes=(1, 2, 4))
+        for step in range(6):
+            batch = int(torch.randint(1, 5, (), generator=gen))
+            lens = torch.randint(0, width * PAGE, (batch,), generator=gen).to(torch.int32)
+            lens = torch.where(lens < q, 0, lens).to(torch.int32)
+            table = torch.randint(0, cache.shape[0], (batch, width), generator=gen).to(torch.int32)
+            case = msa.make_case(10 + step, [q] * batch, dtype=fmt, query_len=q, heads=heads, pattern="late")
+            out = graphed.step(on(table), on(lens), on(case.index_q))
+            want = msa.full_decode(case.index_q, cache, table, lens, q, init_blocks=2, local_blocks=3)
+            assert torch.equal(out[0].cpu(), want) and torch.equal(out[1].cpu(), want), (fmt, step)
+        graphed.check()
