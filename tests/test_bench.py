@@ -1,8 +1,10 @@
 """The benchmark's pieces that run without a GPU: the report's header and sections, the
-targets' verdicts, the push + merge case, the Gaussian cache pool."""
+targets' verdicts, the push + merge case, the Gaussian cache pool, the MSA sections."""
 
 import subprocess
+import sys
 
+import pytest
 import torch
 
 
@@ -314,3 +316,33 @@ def test_gaussian_cache_pool_holds_quantized_keys():
     assert bool(torch.isfinite(dequantize_nvfp4(pool.cache[:4])).all())
     scales = split_pages(pool.cache)[1]
     assert scales.unique().numel() <= 40 and bool((scales < 0x7F).all())
+
+
+def test_msa_sections_run_check_and_print(capsys):
+    """The bench's MSA sections do their work on this backend (a stand-in timer calls each
+    timed function once), the gate passes, and the report prints both formats' rows."""
+    from fast.backend import default_device
+    from fast.tools import bench_msa
+
+    dev = default_device()
+    calls = []
+
+    def once(fn, n):
+        for i in range(n):
+            fn(i)
+        calls.append(n)
+        return 2.0
+
+    gen = torch.Generator().manual_seed(1)
+    rows = bench_msa.msa_scorer_section(dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16)
+    assert [(r["format"], r["hs"], r["slots"]) for r in rows] == [
+        (f, hs, slots) for f in ("bf16", "fp8") for hs, slots in bench_msa.MSA_SHAPES
+    ]
+    # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
+    assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
+    stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)
+    assert [set(r) >= {"forward_us", "score_us", "select_us"} for r in stages] == [True, True]
+    assert bench_msa.check_msa(dev)
+    bench_msa.print_msa({"msa_scorer": rows, "msa_stock": stages}, sys.stdout)
+    out = capsys.readouterr().out
+    assert "MSA scorer alone" in out and "MSA stock decode" in out and " fp8 " in out

@@ -34,20 +34,23 @@ def random_keys(blocks: int, key_format: str, device) -> torch.Tensor:
     return keys.to(KEY_FORMATS[key_format])
 
 
-def msa_scorer_section(device, contexts, batches, read_ceiling: float, gen) -> list[dict]:
+def msa_scorer_section(
+    device, contexts, batches, read_ceiling: float, gen, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES
+) -> list[dict]:
     """One row per (format, context, batch, shape): median µs of ``score_blocks`` over cold
-    block sets (together more than FLUSH_BYTES), read GB/s and the fraction of the ceiling."""
+    block sets (together more than ``flush_bytes``), read GB/s and the fraction of the
+    ceiling. timer: ``graph_time_us`` or a stand-in (tests)."""
     rows = []
     for fmt in KEY_FORMATS:
         size = block_bytes(fmt)
         need = max(b * c // PAGE for c in contexts for b in batches)
-        blocks = max(need, FLUSH_BYTES // size) + need  # at least two sets, or one past the flush size
+        blocks = max(need, flush_bytes // size) + need  # at least two sets, or one past the flush size
         cache = random_keys(blocks, fmt, device)
         for ctx in contexts:
             pages = ctx // PAGE
             for batch in batches:
                 per_set = batch * pages
-                sets = max(1, min(64, math.ceil(FLUSH_BYTES / (per_set * size)), blocks // per_set))
+                sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
                 tables = [
                     (torch.randperm(per_set, generator=gen) + s * per_set).view(batch, pages).to(torch.int32).to(device)
                     for s in range(sets)
@@ -60,7 +63,7 @@ def msa_scorer_section(device, contexts, batches, read_ceiling: float, gen) -> l
                     def call(i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache):
                         score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots)
 
-                    us = graph_time_us(call, len(tables))
+                    us = timer(call, len(tables))
                     gbps = per_set * size / us / 1e3
                     rows.append(
                         {
@@ -79,10 +82,13 @@ def msa_scorer_section(device, contexts, batches, read_ceiling: float, gen) -> l
     return rows
 
 
-def msa_stock_stages(device, contexts, batches, gen, query_len: int = 1, heads: int = 1) -> list[dict]:
+def msa_stock_stages(
+    device, contexts, batches, gen, query_len: int = 1, heads: int = 1, timer=graph_time_us
+) -> list[dict]:
     """The stock MSA decode of one rank's head per layer, fp8 and bf16, forced windows 1 + 2:
     µs of the whole forward, of its scorer alone and of its select alone, each in a graph
-    (warm cache: the shares CP's scorer split and its push / merge would change)."""
+    (warm cache: the shares CP's scorer split and its push / merge would change). timer: as
+    ``msa_scorer_section``'s."""
     rows = []
     for fmt in KEY_FORMATS:
         for ctx in contexts:
@@ -93,7 +99,13 @@ def msa_stock_stages(device, contexts, batches, gen, query_len: int = 1, heads: 
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
                 q = torch.randn(batch * query_len, heads, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
                 sd = MsaStockDecode(
-                    heads=heads, max_reqs=batch, device=device, key_format=fmt, init_blocks=1, local_blocks=2, pdl=True
+                    heads=heads,
+                    max_reqs=batch,
+                    device=device,
+                    key_format=fmt,
+                    init_blocks=1,
+                    local_blocks=2,
+                    pdl=device.type == "cuda",
                 )
                 plan = sd.plan(table, lens)
                 layer = sd.new_layer()
@@ -116,9 +128,9 @@ def msa_stock_stages(device, contexts, batches, gen, query_len: int = 1, heads: 
                         "context": ctx,
                         "batch": batch,
                         "query_len": query_len,
-                        "forward_us": graph_time_us(forward, 1),
-                        "score_us": graph_time_us(score, 1),
-                        "select_us": graph_time_us(select, 1),
+                        "forward_us": timer(forward, 1),
+                        "score_us": timer(score, 1),
+                        "select_us": timer(select, 1),
                     }
                 )
                 del cache
@@ -126,9 +138,9 @@ def msa_stock_stages(device, contexts, batches, gen, query_len: int = 1, heads: 
     return rows
 
 
-def check_msa() -> bool:
-    """The stock MSA decode on the GPU against the reference's oracle on exact-arithmetic
-    inputs (long rows, q = 4, both formats): bit for bit."""
+def check_msa(device=None) -> bool:
+    """The stock MSA decode on ``device`` (default the first GPU) against the reference's
+    oracle on exact-arithmetic inputs (long rows, q = 4, both formats): bit for bit."""
     from reference import msa
 
     from ..msa_stock import msa_stock_decode
@@ -145,7 +157,8 @@ def check_msa() -> bool:
             init_blocks=1,
             local_blocks=2,
         )
-        got = msa_stock_decode(*[x.cuda() for x in case.args()[:4]], query_len=4, init_blocks=1, local_blocks=2)
+        on = [x.to(device or torch.device("cuda", 0)) for x in case.args()[:4]]
+        got = msa_stock_decode(*on, query_len=4, init_blocks=1, local_blocks=2)
         want = msa.full_decode(*case.args(), init_blocks=1, local_blocks=2)
         ok &= bool(torch.equal(got.cpu(), want))
     return ok
