@@ -62,19 +62,20 @@ class Case:
         torch.save(self.to_dict(), path)
 
     @classmethod
-    def load(cls, path) -> Case:
-        """A case saved by ``save``; ValueError naming the case where the file is missing, is
-        not a saved case, or lacks a field (the tensors are checked where they are used)."""
-        d, query_len = load_case_dict(path, ())
-        return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], query_len, str(path))
+    def load(cls, path, saved: dict | None = None) -> Case:
+        """A case saved by ``save`` (``saved``: the file's dict, already read); ValueError
+        naming the case where the file is missing, is not a saved case, or lacks a field (the
+        tensors are checked where they are used)."""
+        d = load_case_dict(path, (), saved)
+        return cls(d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], d["query_len"], str(path))
 
 
 CASE_FIELDS = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
 
 
-def load_case_dict(path, extra: tuple[str, ...]) -> tuple[dict, int]:
-    """The dict a case's ``save`` wrote, holding the five decode fields and the ``extra`` ones,
-    and its query_len as an int. ValueError naming the case otherwise."""
+def read_case_file(path) -> dict:
+    """What a case's ``save`` wrote to ``path``, unchecked; ValueError naming the case where
+    the file is missing or holds no dict."""
     try:
         d = torch.load(path, weights_only=True)
     except FileNotFoundError:
@@ -83,6 +84,14 @@ def load_case_dict(path, extra: tuple[str, ...]) -> tuple[dict, int]:
         raise ValueError(f"case: {path} is not a saved case ({type(exc).__name__})") from None
     if not isinstance(d, dict):
         raise ValueError(f"case: {path} holds a {type(d).__name__}, not a dict of the case's fields")
+    return d
+
+
+def load_case_dict(path, extra: tuple[str, ...], saved: dict | None = None) -> dict:
+    """The dict a case's ``save`` wrote (``saved``, where the caller has read the file
+    already), holding the five decode fields and the ``extra`` ones, query_len and the extra
+    ones as ints. ValueError naming the case otherwise."""
+    d = read_case_file(path) if saved is None else saved
     missing = set(CASE_FIELDS + extra) - set(d)
     if missing:
         raise ValueError(f"case: {path} lacks {sorted(missing)}")
@@ -94,7 +103,7 @@ def load_case_dict(path, extra: tuple[str, ...]) -> tuple[dict, int]:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"case: {name} in {path} must be an int, got {value!r}")
         ints[name] = value
-    return {**d, **ints}, ints["query_len"]
+    return {**d, **ints}
 
 
 def seq_len_for(pages: int, offset: int = 0) -> int:

@@ -13,7 +13,7 @@ from indexer_constants import MAX_PAGES, MAX_QUERY_LEN, PAGE, RANKED, SUPPORTED_
 
 from . import msa
 from .arguments import check_row_head
-from .cases import PATTERNS, Case, load_case_dict, make_case, seq_len_for
+from .cases import PATTERNS, Case, make_case, read_case_file, seq_len_for
 from .cp import cp_decode, rank_cut
 from .decode import full_decode, stock_decode
 from .msa.cases import DTYPES as MSA_DTYPES
@@ -32,8 +32,8 @@ FORMATS = ("nvfp4",) + tuple(MSA_DTYPES)
 
 def load_case(path) -> Case | msa.MsaCase:
     """A saved case of either format: an MSA case also holds its forced windows."""
-    d, _ = load_case_dict(path, ())
-    return msa.MsaCase.load(path) if any(name in d for name in WINDOW_FIELDS) else Case.load(path)
+    d = read_case_file(path)  # read once: the fields say the format
+    return msa.MsaCase.load(path, d) if any(name in d for name in WINDOW_FIELDS) else Case.load(path, d)
 
 
 def check_out(path: str) -> None:

@@ -49,10 +49,11 @@ class MsaCase:
         torch.save(self.to_dict(), path)
 
     @classmethod
-    def load(cls, path) -> MsaCase:
-        """A case ``save`` wrote; ValueError naming the case where it is not one."""
-        d, query_len = load_case_dict(path, WINDOW_FIELDS)
-        fields = (d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], query_len)
+    def load(cls, path, saved: dict | None = None) -> MsaCase:
+        """A case ``save`` wrote (``saved``: the file's dict, already read); ValueError naming
+        the case where it is not one."""
+        d = load_case_dict(path, WINDOW_FIELDS, saved)
+        fields = (d["index_q"], d["k_cache"], d["block_table"], d["seq_lens"], d["query_len"])
         return cls(*fields, d["init_blocks"], d["local_blocks"], str(path))
 
 
