@@ -15,7 +15,8 @@ from .checks import check_int, score_shapes
 from .kernels.msa_scorer import msa_score_kernel
 from .scorer import first_set, no_record
 
-KEY_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
+# The key formats of the MSA decode and their element type (queries and keys alike).
+KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 # Per key dtype: columns per program (the tile's rows are loaded and converted once per
 # program) and the column loop's pipeline depth on GPUs; measured choices (fast/tools/PERF.md).
 COLS_PER_PROGRAM = {torch.bfloat16: 8, torch.float8_e4m3fn: 4}
@@ -27,7 +28,7 @@ def check_keys(name: str, x, dtype=None) -> None:
     """A contiguous bf16 or e4m3 tensor (of ``dtype`` where given), or TypeError / ValueError."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.dtype not in KEY_DTYPES or (dtype is not None and x.dtype != dtype):
+    if x.dtype not in KEY_FORMATS.values() or (dtype is not None and x.dtype != dtype):
         want = dtype or "bfloat16 or float8_e4m3fn"
         raise TypeError(f"{name}: expected dtype {want}, got {x.dtype}")
     if not x.is_contiguous():

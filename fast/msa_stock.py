@@ -11,11 +11,8 @@ from indexer_constants import HEAD_DIM, SLOTS, TOPK
 from . import checks
 from .backend import pdl_options
 from .kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
-from .msa_scorer import score_blocks
+from .msa_scorer import KEY_FORMATS, score_blocks
 from .stock import StockDecode, StockPlan
-
-# The key formats of this decode, and their element type (queries and keys alike).
-KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 
 
 class MsaStockDecode(StockDecode):
@@ -49,16 +46,8 @@ class MsaStockDecode(StockDecode):
         checks.forced_windows(init_blocks, local_blocks)
         super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl, split=split)
         self.key_format = key_format
-        self.dtype = self.query_dtype = KEY_FORMATS[key_format]
+        self.query_dtype = self.tile_dtype = KEY_FORMATS[key_format]
         self.init_blocks, self.local_blocks = init_blocks, local_blocks
-
-    def _armed_tile(self, batch: int) -> torch.Tensor:
-        """A plan's q tile ``[B, 8, Hs, 128]`` in the key dtype, every element the all-ones
-        pattern (the NaN an unwritten query holds)."""
-        shape = (batch, SLOTS, self.heads, HEAD_DIM)
-        if self.dtype == torch.float8_e4m3fn:
-            return torch.full(shape, 0xFF, dtype=torch.uint8, device=self.device).view(self.dtype)
-        return torch.full(shape, -1, dtype=torch.int16, device=self.device).view(self.dtype)
 
     def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
         """forward's host checks: index_q [B * q, heads, 128] and k_cache [N, 128, 128], both
@@ -71,8 +60,8 @@ class MsaStockDecode(StockDecode):
             batch,
             self.heads,
             self.device,
-            q_dtype=self.dtype,
-            k_dtype=self.dtype,
+            q_dtype=self.query_dtype,
+            k_dtype=self.query_dtype,
             k_row=HEAD_DIM,
         )
 

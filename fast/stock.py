@@ -73,10 +73,14 @@ class StockDecode:
     # Each request's id bounds over the columns the decode reads (kernels.guards).
     BOUNDS_KERNEL = table_bounds_kernel
     query_dtype = torch.float8_e4m3fn  # index_q's dtype
+    tile_dtype = torch.uint8  # the q tile's (the scorer reads E4M3 bytes)
 
     def _armed_tile(self, batch: int) -> torch.Tensor:
-        """A plan's q tile ``[B, 8, Hs, 128]``, every element unwritten (E4M3 0xFF bytes)."""
-        return torch.full((batch, SLOTS, self.heads, HEAD_DIM), 0xFF, dtype=torch.uint8, device=self.device)
+        """A plan's q tile ``[B, 8, Hs, 128]`` of ``tile_dtype``, every byte 0xFF: the
+        all-ones element, unwritten, is a NaN in E4M3 and bf16 alike."""
+        row = HEAD_DIM * self.query_dtype.itemsize
+        tile = torch.full((batch, SLOTS, self.heads, row), 0xFF, dtype=torch.uint8, device=self.device)
+        return tile.view(self.tile_dtype)
 
     def new_layer(self) -> StockLayer:
         """A layer for ``forward`` (nothing to allocate)."""

@@ -10,9 +10,9 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from ..msa_scorer import score_blocks
-from ..msa_stock import KEY_FORMATS, MsaStockDecode
-from .timing import FLUSH_BYTES, graph_time_us
+from ..msa_scorer import KEY_FORMATS, score_blocks
+from ..msa_stock import MsaStockDecode
+from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us
 
 # (Hs, slots scored) as the NVFP4 grid's: the stock rank's head, CP's four heads at q 8 and 1.
 MSA_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
@@ -21,7 +21,7 @@ MSA_CONTEXTS = (131072, 1048576)  # tokens: where the scorer is the decode's tim
 
 def block_bytes(key_format: str) -> int:
     """Bytes of one 128-token block: 32 KB bf16, 16 KB fp8."""
-    return PAGE * HEAD_DIM * torch.empty(0, dtype=KEY_FORMATS[key_format]).element_size()
+    return PAGE * HEAD_DIM * KEY_FORMATS[key_format].itemsize
 
 
 def random_keys(blocks: int, key_format: str, device) -> torch.Tensor:
@@ -51,10 +51,7 @@ def msa_scorer_section(
             for batch in batches:
                 per_set = batch * pages
                 sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
-                tables = [
-                    (torch.randperm(per_set, generator=gen) + s * per_set).view(batch, pages).to(torch.int32).to(device)
-                    for s in range(sets)
-                ]
+                tables = disjoint_tables(batch, pages, sets, gen, device)
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
                 for hs, slots in MSA_SHAPES:
                     tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
@@ -95,7 +92,7 @@ def msa_stock_stages(
             for batch in batches:
                 pages = ctx // PAGE
                 cache = random_keys(batch * pages, fmt, device)
-                table = torch.randperm(batch * pages, generator=gen).view(batch, pages).to(torch.int32).to(device)
+                (table,) = disjoint_tables(batch, pages, 1, gen, device)
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
                 q = torch.randn(batch * query_len, heads, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
                 sd = MsaStockDecode(

@@ -99,14 +99,19 @@ class CachePool:
         self.cache = flat.view(self.pages, PAGE, PAGE_BYTES // PAGE)
 
     def tables(self, batch: int, pages: int, sets: int, gen: torch.Generator) -> list[torch.Tensor]:
-        """``sets`` block tables int32 [batch, pages] over disjoint page ranges."""
-        need = batch * pages
-        sets = max(1, min(sets, self.pages // need))
-        out = []
-        for s in range(sets):
-            perm = torch.randperm(need, generator=gen) + s * need
-            out.append(perm.view(batch, pages).to(torch.int32).to(self.device))
-        return out
+        """``sets`` block tables int32 [batch, pages] over disjoint page ranges (as many as the
+        pool holds)."""
+        return disjoint_tables(batch, pages, max(1, min(sets, self.pages // (batch * pages))), gen, self.device)
+
+
+def disjoint_tables(batch: int, pages: int, sets: int, gen: torch.Generator, device) -> list[torch.Tensor]:
+    """``sets`` block tables int32 [batch, pages], table s a shuffle of the ids
+    ``s * batch * pages ..`` (no two share an id: each set's pages are cold after the others)."""
+    need = batch * pages
+    return [
+        (torch.randperm(need, generator=gen) + s * need).view(batch, pages).to(torch.int32).to(device)
+        for s in range(sets)
+    ]
 
 
 def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:
