@@ -1,5 +1,5 @@
 """The Triton implementation of CP decode for the MiniMax-M3 sparse-attention indexer (NVFP4
-keys; and BF16 / FP8 keys under the MSA rules, stock path so far): what a server imports.
+keys; and BF16 / FP8 keys under the MSA rules): what a server imports.
 The contract is ``docs/DESIGN.md``; the tools (benchmark, demo, CLI, rank launcher) are
 ``fast.tools`` and are not loaded from here.
 
@@ -11,9 +11,11 @@ from .backend import select_backend
 
 BACKEND = select_backend()
 
-from .cp import IndexerDecodeCP, build_cp_decode  # noqa: E402
+from .build import build_cp_decode  # noqa: E402
+from .cp import IndexerDecodeCP  # noqa: E402
 from .errors import BadBlockIdError, BadLengthError, DecodeInputError, PeerTimeoutError  # noqa: E402
 from .graphs import GraphedDecode  # noqa: E402
+from .msa_cp import MsaDecodeCP  # noqa: E402
 from .msa_scorer import score_blocks  # noqa: E402
 from .msa_stock import MsaStockDecode, msa_stock_decode  # noqa: E402
 from .scorer import score_pages  # noqa: E402
@@ -27,6 +29,7 @@ __all__ = [
     "DecodeInputError",  # the base of the two above (a ValueError)
     "GraphedDecode",  # decode layers replayed from one CUDA graph per padded batch size
     "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check(), reset()
+    "MsaDecodeCP",  # one rank's CP decode state for BF16 / FP8 keys under the MSA rules (DESIGN §10.4)
     "MsaStockDecode",  # the stock decode for BF16 / FP8 keys under the MSA rules (DESIGN §10)
     "PeerTimeoutError",  # raised by check() when a peer never delivered within the time bound
     "ShmSymmetric",  # symmetric buffers of CPU rank processes (/dev/shm files)

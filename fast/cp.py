@@ -5,7 +5,6 @@ collective (same order on every rank).
 
 from __future__ import annotations
 
-import logging
 import weakref
 from dataclasses import dataclass
 
@@ -37,8 +36,6 @@ from .select.policy import (
 from .select.warp_ptx import warp_asm_options
 from .stage_clock import StageClock
 from .symm import Symmetric, SymmetricTensor
-
-log = logging.getLogger(__name__)
 
 # Seconds a spin waits for a peer before it gives up. On GPUs peers run in lockstep, so two
 # seconds is far past any healthy wait; interpreter ranks (CPU) can lag a peer by a whole
@@ -81,6 +78,7 @@ class CPPlan:
     n_local: torch.Tensor  # int32 [B]
     bounds: torch.Tensor  # int32 [B, 4]: each request's id bounds (kernels.guards.row_id_bounds)
     scores: torch.Tensor  # fp32 [B, 8 * H, W], rows of score_row_stride(W) (16-byte aligned, padded)
+    pages: int = 0  # P = min(P_table, MAX_PAGES) of the step's table
 
 
 class IndexerDecodeCP:
@@ -90,7 +88,10 @@ class IndexerDecodeCP:
     ``[(r // R) * Hr, (r // R + 1) * Hr)`` (Hr = max(1, H / CP), R = max(1, CP / H)).
     """
 
-    query_dtype = torch.float8_e4m3fn  # index_q's dtype
+    query_dtype = torch.float8_e4m3fn  # index_q's dtype (a subclass may set its own before __init__)
+    tile_dtype = torch.uint8  # the q tile's as the scorer reads it (E4M3 bytes)
+    MSA_OUTPUT = False  # the merge's output: §6's (own page in slot 15), or §10.4's (MsaDecodeCP)
+    init_blocks = local_blocks = 0  # the merge's forced windows (MSA_OUTPUT only)
 
     def __init__(
         self,
@@ -129,7 +130,8 @@ class IndexerDecodeCP:
         self.shape: SelectShape | None = None
         self.error = new_record(self.device)  # int32 [5]: the protocol word, then the first bad input
         self._layers: list[weakref.ref] = []  # every layer built, for reset()
-        self._tile_words = max_reqs * SLOTS * heads * HEAD_DIM // 4
+        self._row_words = HEAD_DIM * self.query_dtype.itemsize // 4  # int32 words of a head's query
+        self._tile_words = max_reqs * SLOTS * heads * self._row_words
         self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
         self._plans: dict[int, CPPlan] = {}
         # the push's programs per row (None: select_split on a GPU), its slices' keys (or,
@@ -167,13 +169,10 @@ class IndexerDecodeCP:
         """
         batch = checks.plan_inputs(block_table, seq_lens, self.max_reqs, self.device)
         pages = min(block_table.shape[1], MAX_PAGES)
-        width = compact_width(pages, self.cp)
+        width = self._compact_width(pages)
         if self.width == 0:
             self.width = width
-            # The push ranks at most W - 1 columns (n_local <= W - 1; column W - 1 is the
-            # lie's page past the chunk), so its select spans W - 1: at P = 2^k that is a
-            # power of two, where W would double every select.
-            self.shape = SelectShape.for_width(width - 1, self.max_chunk, PUSH_GROUP)
+            self.shape = SelectShape.for_width(self._ranked_width(), self.max_chunk, PUSH_GROUP)
         checks.table_not_wider(width, self.width)
         p = self._plans.get(batch)
         if p is None:
@@ -189,23 +188,38 @@ class IndexerDecodeCP:
                     :, :, : self.width
                 ],
             )
+        p.pages = pages
         if batch:
-            compact_table_kernel[(batch,)](
-                block_table,
-                seq_lens,
-                p.block_table,
-                p.score_lens,
-                p.seq_lens,
-                p.n_local,
-                p.bounds,
-                pages,
-                block_table.stride(0),
-                W=self.width,
-                CP=self.cp,
-                RANK=self.rank,
-                BLOCK=min(1024, triton.next_power_of_2(self.width)),
-            )
+            self._compact(block_table, seq_lens, p, pages)
         return p
+
+    def _compact_width(self, pages: int) -> int:
+        """The compact width W for a table of ``pages`` pages (§6: one past the most a rank owns)."""
+        return compact_width(pages, self.cp)
+
+    def _ranked_width(self) -> int:
+        """Columns the push ranks at most: W - 1 (n_local <= W - 1; column W - 1 is the
+        lie's page past the chunk), so at P = 2^k its select spans a power of two, where W
+        would double every select."""
+        return self.width - 1
+
+    def _compact(self, block_table: torch.Tensor, seq_lens: torch.Tensor, p: CPPlan, pages: int) -> None:
+        """The plan's kernel: compact table, lengths, n_local and id bounds into ``p``."""
+        compact_table_kernel[(p.batch,)](
+            block_table,
+            seq_lens,
+            p.block_table,
+            p.score_lens,
+            p.seq_lens,
+            p.n_local,
+            p.bounds,
+            pages,
+            block_table.stride(0),
+            W=self.width,
+            CP=self.cp,
+            RANK=self.rank,
+            BLOCK=min(1024, triton.next_power_of_2(self.width)),
+        )
 
     def forward(
         self,
@@ -220,7 +234,8 @@ class IndexerDecodeCP:
         """One layer's CP decode for this rank's heads.
 
         index_q: float8_e4m3fn [B * q, Hr, 128] (this rank's heads); k_cache: uint8
-        [N, 128, 72]; out: int32 [B * q, Hr, 16]. Returns out. Every rank must call it for
+        [N, 128, 72] (a subclass's format: its ``_check_forward``); out: int32 [B * q, Hr,
+        16]. Returns out. Every rank must call it for
         the same layer and plan; a rank that does not is reported by check() on the others.
         stage_times: if a dict, each stage's seconds are added to it (GPU: CUDA events, one
         sync at the end; CPU: wall time): for the demo and the benchmark, never in production.
@@ -230,20 +245,43 @@ class IndexerDecodeCP:
         columns it reads gets sixteen -1 per row on every rank, no rank reads its bad pages,
         and the error record names it (``check()`` raises BadLengthError / BadBlockIdError).
         """
-        hr = self.layout.heads_per_rank
         checks.state_operands(layer, plan, CPLayer, CPPlan, self._plans)
-        checks.forward_inputs(index_q, k_cache, out, query_len, plan.batch, hr, self.device)
+        self._check_forward(index_q, k_cache, out, query_len, plan.batch)
         rows = plan.batch * query_len
         if rows == 0:
             return out
         clock = StageClock(stage_times, self.device)
         self.exchange(layer, plan, index_q, query_len)
         clock.lap("exchange")
-        tile = layer.tile.local.view(torch.uint8)[: plan.batch * SLOTS * self.heads * HEAD_DIM]
         split_plan = self._split(rows)
         push_plan = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
+        self._score(layer, plan, k_cache, query_len, split_plan, push_plan)
+        clock.lap("score")
+        self._push(layer, plan, query_len, split_plan, push_plan, k_cache.shape[0])
+        clock.lap("push")
+        self.merge(layer, plan, query_len, out, num_blocks=k_cache.shape[0])
+        clock.lap("merge")
+        clock.done()
+        return out
+
+    def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
+        """forward's host checks: e4m3 queries of this rank's heads, NVFP4 pages."""
+        checks.forward_inputs(index_q, k_cache, out, query_len, batch, self.layout.heads_per_rank, self.device)
+
+    def _tile(self, layer: CPLayer, batch: int) -> torch.Tensor:
+        """The layer's local q tile (set 0; the scorer adds the step's set), ``[B, 8, H,
+        128]`` of ``tile_dtype``."""
+        tile = layer.tile.local.view(self.tile_dtype)[: batch * SLOTS * self.heads * HEAD_DIM]
+        return tile.view(batch, SLOTS, self.heads, HEAD_DIM)
+
+    def _score(
+        self, layer: CPLayer, plan: CPPlan, k_cache: torch.Tensor, query_len: int, split_plan: tuple, push_plan: tuple
+    ) -> None:
+        """forward's scorer: the exchanged tile (the step's set) on the compact table and
+        lying lengths (§6), the step's slots only."""
+        rows = plan.batch * query_len
         score_pages(
-            tile.view(plan.batch, SLOTS, self.heads, HEAD_DIM),
+            self._tile(layer, plan.batch),
             k_cache,
             plan.block_table,
             plan.score_lens,
@@ -255,18 +293,11 @@ class IndexerDecodeCP:
             release=self.pdl and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]),
             first_slot=SLOTS - query_len,
         )
-        clock.lap("score")
-        self._push(layer, plan, query_len, split_plan, push_plan, k_cache.shape[0])
-        clock.lap("push")
-        self.merge(layer, plan, query_len, out, num_blocks=k_cache.shape[0])
-        clock.lap("merge")
-        clock.done()
-        return out
 
     def exchange(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, query_len: int) -> None:
         """The q exchange, forward's first stage (alone: for the benchmark's stages without
         the scorer, then ``push`` and ``merge`` on every rank): each long request's queries
-        of this rank's heads (index_q: float8_e4m3fn [B * q, Hr, 128]) into every rank's
+        of this rank's heads (index_q: [B * q, Hr, 128] of ``query_dtype``) into every rank's
         tile, then a wait for every rank's into this one's."""
         q_exchange_kernel[(plan.batch * query_len,)](
             index_q.view(torch.int32),
@@ -285,13 +316,23 @@ class IndexerDecodeCP:
             RANK=self.rank,
             QLEN=query_len,
             WALL=self._wall,
+            WORDS=self._row_words,
+            HALVES=self.query_dtype.itemsize == 2,
             **pdl_options(self.pdl),
         )
 
+    def score(self, layer: CPLayer, plan: CPPlan, query_len: int, *, k_cache: torch.Tensor) -> None:
+        """The scorer alone, forward's second stage, for the benchmark: this rank's columns
+        of ``plan`` scored from the layer's tile (the set of its last exchange) into
+        ``plan.scores``."""
+        rows = plan.batch * query_len
+        split_plan = self._split(rows)
+        self._score(layer, plan, k_cache, query_len, split_plan, self._push_plan(rows, split_plan))
+
     def _split(self, rows: int) -> tuple:
         """``plan_split`` of the push over ``rows`` rows (batch x query_len): its programs per
-        row, columns per program and their select shape. The push ranks W - 1 columns."""
-        return plan_split(self.split, rows * self.heads, self.width - 1, self.device, self.shape)
+        row, columns per program and their select shape. The push ranks ``_ranked_width()`` columns."""
+        return plan_split(self.split, rows * self.heads, self._ranked_width(), self.device, self.shape)
 
     def push(self, layer: CPLayer, plan: CPPlan, query_len: int, *, num_blocks: int) -> None:
         """The push alone, forward's third stage, for the benchmark: each long row's local
@@ -369,6 +410,8 @@ class IndexerDecodeCP:
             self._recv_elems,
             self._tile_words,
             self._timeout_ns,
+            self.init_blocks,
+            self.local_blocks,
             H=self.heads,
             HR=self.layout.heads_per_rank,
             SORT=self.device.type == "cuda",
@@ -377,6 +420,8 @@ class IndexerDecodeCP:
             RANK=self.rank,
             QLEN=query_len,
             WALL=self._wall,
+            WORDS=self._row_words,
+            MSA=self.MSA_OUTPUT,
             **pdl_options(self.pdl),
         )
         return out
@@ -419,46 +464,3 @@ class IndexerDecodeCP:
         self._counts.zero_()
         self.error.zero_()
         self.symm.barrier()
-
-
-def cp_unsupported_reason(
-    *, world: int, heads: int, max_query_len: int, symm: Symmetric | None, symm_reason: str | None = None
-) -> str | None:
-    """Why CP decode should not run in this configuration, or None if it can.
-
-    symm_reason: why the ranks have no symmetric memory (``open_cuda_symmetric``'s answer).
-    """
-    if world not in SUPPORTED_CP:
-        return f"{world} ranks (CP needs one of {SUPPORTED_CP})"
-    if heads not in SUPPORTED_HEADS:
-        return f"{heads} index heads (needs one of {SUPPORTED_HEADS})"
-    if max_query_len > SLOTS:
-        return f"decode query length {max_query_len} > {SLOTS}"
-    if world == 1:
-        return "a single rank (one GPU): there are no peers to split the pages with"
-    if symm is None:
-        return symm_reason or "the ranks have no symmetric memory between them"
-    return None
-
-
-def build_cp_decode(
-    *,
-    heads: int,
-    max_reqs: int,
-    max_query_len: int,
-    symm: Symmetric | None,
-    world: int | None = None,
-    symm_reason: str | None = None,
-    **kwargs,
-) -> IndexerDecodeCP | None:
-    """The process's CP decode state, or None (use ``StockDecode``) with the reason logged
-    once. Build it once per process; kwargs go to IndexerDecodeCP. ``world`` is needed only
-    where ``symm`` is None."""
-    world = symm.world if symm is not None else (world or 1)
-    why = cp_unsupported_reason(
-        world=world, heads=heads, max_query_len=max_query_len, symm=symm, symm_reason=symm_reason
-    )
-    if why is not None:
-        log.warning("CP decode disabled: %s; using the stock decode", why)
-        return None
-    return IndexerDecodeCP(heads=heads, max_reqs=max_reqs, symm=symm, **kwargs)

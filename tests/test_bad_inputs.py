@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import reference
-from fast.cp import IndexerDecodeCP, build_cp_decode
+from fast.build import build_cp_decode
+from fast.cp import IndexerDecodeCP
 from fast.errors import BadBlockIdError, BadLengthError, new_record
 from fast.graphs import GraphedDecode
 from fast.scorer import score_pages

@@ -50,17 +50,17 @@ from .device import (
     ERR_Q_TIMEOUT,
     clock_ns,
     deadline_ns,
-    has_ff_byte,
+    has_unwritten,
     pdl_release,
     pdl_wait,
     peer_ptr,
 )
 from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
+from .msa_select import msa_output
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
-_WORDS = tl.constexpr(32)  # int32 words per 128-byte query row
 _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)
@@ -112,9 +112,9 @@ def compact_table_kernel(
 
 @triton.jit
 def q_exchange_kernel(
-    q_ptr,  # int32 [rows, HR * 32]: this rank's heads (E4M3 bytes as words)
+    q_ptr,  # int32 [rows, HR * WORDS]: this rank's heads (the query elements as words)
     seq_lens_ptr,  # int32 [B]
-    tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, 32] words
+    tile_ptrs,  # int64 [CP]: every rank's tile, 2 sets of [max_reqs, 8, H, WORDS] words
     parity_ptr,  # int64 [1]
     current_ptr,  # int64 [1] out: the parity, for the step's later kernels
     err_ptr,  # int32 [5]: the error record (word 0: the protocol's)
@@ -129,9 +129,12 @@ def q_exchange_kernel(
     QLEN: tl.constexpr,
     WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
+    WORDS: tl.constexpr = 32,  # int32 words of a head's query row: 32 (E4M3), 64 (bf16)
+    HALVES: tl.constexpr = False,  # the unwritten element is 16 bits (bf16), not a byte
 ):
     """For a long request: store this rank's heads into every rank's tile (slot 8 - QLEN + i),
-    then wait until this rank's own tile row holds no 0xFF byte (not at all once a spin of
+    then wait until this rank's own tile row holds no unwritten element, the all-ones byte
+    (E4M3) or half-word (bf16: ``device.has_unwritten``) (not at all once a spin of
     this rank has given up: the record's protocol word is set); other rows do nothing.
     Every program copies the parity into ``current`` (the set of this step's later kernels).
 
@@ -142,7 +145,7 @@ def q_exchange_kernel(
     The length, the parity, every rank's tile address and the q rows are loaded together,
     not one L2 round trip after another.
 
-    With R replicas per head (H < CP) each replica stores only its 32 / R words of the head's
+    With R replicas per head (H < CP) each replica stores only its WORDS / R words of the head's
     row: every word has exactly one writer, and every rank's tile row is complete only once
     every rank has stored into it. That lockstep is what the two buffer sets rely on. If each
     replica stored the whole row, a tile completed by the faster replica would let its rank
@@ -156,27 +159,27 @@ def q_exchange_kernel(
     slot = (_SLOTS - QLEN) + t % QLEN
     parity = tl.load(parity_ptr)
     tl.store(current_ptr, parity)
-    base = parity * set_words + (b * _SLOTS + slot) * (H * _WORDS)
+    base = parity * set_words + (b * _SLOTS + slot) * (H * WORDS)
     tiles = peer_ptr(tile_ptrs, tl.arange(0, CP), tl.int32)  # every rank's
     hl = tl.arange(0, HR)
-    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words
-    rows = tl.load(q_ptr + (t * HR + hl[:, None]) * _WORDS + w[None, :])  # [HR, 32 / R]
-    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + tl.arange(0, H * _WORDS)
+    w = (RANK % R) * (WORDS // R) + tl.arange(0, WORDS // R)  # this replica's words
+    rows = tl.load(q_ptr + (t * HR + hl[:, None]) * WORDS + w[None, :])  # [HR, WORDS / R]
+    local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + tl.arange(0, H * WORDS)
     if seq > _LONG_LEN:
         dst = (
-            tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * _WORDS + w[None, :])[None, :, :]
-        )  # [CP, HR, 32 / R]
-        tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, _WORDS // R]))
+            tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * WORDS + w[None, :])[None, :, :]
+        )  # [CP, HR, WORDS / R]
+        tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, WORDS // R]))
         # A spin of this rank already gave up (an earlier step's or layer's): do not wait
         # again. Its push sends nothing and its merge writes -1 until reset(), so the peers
         # time out as they would anyway; waiting the bound in every later exchange would
         # make each of them cost the bound. Read as a block and reduced to one verdict
         # (as the merge reads it): warps that disagreed would split the poll's reductions.
-        worst = tl.max(tl.load(err_ptr + tl.zeros([H * _WORDS], tl.int32), volatile=True), axis=0)
-        pending = has_ff_byte(tl.load(local, volatile=True))
+        worst = tl.max(tl.load(err_ptr + tl.zeros([H * WORDS], tl.int32), volatile=True), axis=0)
+        pending = has_unwritten(tl.load(local, volatile=True), HALVES)
         deadline = tl.where(worst != 0, 0, deadline_ns(timeout_ns, WALL))
         while pending & (clock_ns(WALL) < deadline):
-            pending = has_ff_byte(tl.load(local, volatile=True))
+            pending = has_unwritten(tl.load(local, volatile=True), HALVES)
         if pending & (worst == 0):  # the first spin to give up names itself
             tl.store(err_ptr, _ERR_Q)
 
@@ -353,6 +356,8 @@ def merge_kernel(
     set_elems,
     set_words,
     timeout_ns,
+    init,  # MSA: the forced windows (unused otherwise)
+    local,
     H: tl.constexpr,
     HR: tl.constexpr,
     CP: tl.constexpr,
@@ -361,10 +366,14 @@ def merge_kernel(
     SORT: tl.constexpr,
     WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
+    WORDS: tl.constexpr = 32,  # int32 words of a head's query row in the tile (as the exchange's)
+    MSA: tl.constexpr = False,  # the MSA output (docs/DESIGN.md §10.4), not §6's
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
     16 candidates of its heads is -1 (every head at once), take each head's best 15, put
-    own in slot 15 and reset the candidates to -1. Then, for a long request (the only ones
+    own in slot 15 and reset the candidates to -1. With MSA a long row is instead the init
+    window, the best ``16 - init - local`` candidates, the local window, ascending
+    (``msa_select.msa_output``; every rank pushed only candidates). Then, for a long request (the only ones
     exchanged), re-arm the row's tile slot to 0xFF and store the flipped parity, so the
     layer's next long step uses the other buffer set (every such program stores the same
     value; nothing reads the parity again before the next step's exchange, which waits for
@@ -398,7 +407,8 @@ def merge_kernel(
     # split the poll below, whose reductions every warp joins: the program reads it as a
     # block and reduces it to one verdict.
     flag = tl.load(err_ptr + tl.zeros([HR, CP * _TOPK], tl.int32), volatile=True)
-    failed = tl.max(tl.max(flag, axis=1), axis=0) != 0
+    worst = tl.max(tl.max(flag, axis=1), axis=0)
+    failed = worst != 0
     verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     dead = (seq < QLEN) | (verdict != 0)
     if dead:
@@ -432,22 +442,26 @@ def merge_kernel(
             tl.debug_barrier()
             keys = tl.load(recv + off, volatile=True)
         dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]  # [HR, 16]
-        if pending:
+        if pending & (worst == 0):  # the first spin to give up names itself (as the exchange's)
             tl.store(err_ptr, _ERR_MERGE)
         if pending | failed:
             tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
         else:
             best = select16_rows(keys, SORT)
-            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
+            if MSA:
+                m = _TOPK - init - local  # the candidates a row takes
+                for head in tl.static_range(HR):
+                    row = tl.sum(tl.where(hl[:, None] == head, best, 0), axis=0)  # this head's keys
+                    tl.store(out_ptr + (t * HR + head) * _TOPK + k, msa_output(row, m, own + 1, init, local))
+            else:
+                tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
     if seq > _LONG_LEN:  # only long requests were exchanged: the step used its buffer set
         if dead | (own + 1 <= _TOPK):
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
-        hw = tl.arange(0, H * _WORDS)
+        hw = tl.arange(0, H * WORDS)
         tile = (
-            peer_ptr(tile_ptrs, RANK, tl.int32)
-            + current * set_words
-            + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * _WORDS)
+            peer_ptr(tile_ptrs, RANK, tl.int32) + current * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * WORDS)
         )
-        tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))
+        tl.store(tile + hw, tl.full([H * WORDS], -1, tl.int32))
         tl.store(parity_ptr, 1 - current)

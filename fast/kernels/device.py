@@ -71,3 +71,16 @@ def has_ff_byte(words):
         | (((words >> 24) & 0xFF) == 0xFF)
     )
     return tl.max(ff.to(tl.int32), axis=0) > 0
+
+
+@triton.jit
+def has_unwritten(words, HALVES: tl.constexpr):
+    """True if any element of these int32 words is the all-ones "unwritten" pattern: a 0xFF
+    byte (E4M3 queries), or with HALVES a 0xFFFF half-word (bf16 queries, whose bytes may be
+    0xFF in a finite value)."""
+    if HALVES:
+        ff = ((words & 0xFFFF) == 0xFFFF) | (((words >> 16) & 0xFFFF) == 0xFFFF)
+        found = tl.max(ff.to(tl.int32), axis=0) > 0
+    else:
+        found = has_ff_byte(words)
+    return found
