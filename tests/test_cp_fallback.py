@@ -4,8 +4,11 @@ the P2P check names the pair. Bad inputs of every entry point are ``test_bad_inp
 import logging
 
 import pytest
+import torch
 
-from fast.cp import IndexerDecodeCP, build_cp_decode
+from fast.build import build_cp_decode
+from fast.cp import IndexerDecodeCP
+from fast.msa_cp import MsaDecodeCP
 from fast.symm import SingleRankSymmetric, p2p_problem
 from reference.cases import make_case, seq_len_for
 from support import DEV
@@ -49,3 +52,29 @@ def test_p2p_problem_names_the_pair():
     assert p2p_problem([0, 1, 0, 1], can_access=lambda a, b: True) is None
     assert p2p_problem([0, 0], can_access=lambda a, b: False) is None  # one GPU: no pair to check
     assert "GPU 1 has no peer access to GPU 2" in p2p_problem([0, 1, 2], can_access=lambda a, b: (a, b) != (1, 2))
+
+
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(key_format="int8"), "key_format: must be one of"),
+        (dict(key_format="bf16", init_blocks=1), "local_blocks: key_format 'bf16' needs both"),
+        (dict(key_format="fp8", init_blocks=10, local_blocks=7), "local_blocks: init_blocks"),
+        (dict(init_blocks=1, local_blocks=1), "init_blocks: the nvfp4 format has no forced windows"),
+    ],
+)
+def test_build_cp_decode_checks_the_format_where_cp_cannot_run(kw, match):
+    """The format and its windows are the caller's choice: judged even on one rank."""
+    with pytest.raises(ValueError, match=match):
+        build_cp_decode(heads=4, max_reqs=2, max_query_len=2, symm=None, world=1, **kw)
+
+
+def test_build_cp_decode_picks_the_format_state():
+    """key_format "fp8" / "bf16" builds MsaDecodeCP with the windows; one rank: None."""
+    msa_state = build_cp_decode(
+        heads=2, max_reqs=2, max_query_len=2, symm=FakeSymmetric(2), key_format="fp8", init_blocks=1, local_blocks=2
+    )
+    assert isinstance(msa_state, MsaDecodeCP) and msa_state.query_dtype == torch.float8_e4m3fn
+    assert (msa_state.init_blocks, msa_state.local_blocks) == (1, 2)
+    one_rank = dict(heads=2, max_reqs=2, max_query_len=2, symm=None, world=1)
+    assert build_cp_decode(**one_rank, key_format="bf16", init_blocks=0, local_blocks=0) is None

@@ -7,8 +7,11 @@ import argparse
 import torch
 
 from indexer_constants import SUPPORTED_CP
+from reference import msa
 from reference.cases import Case
 from reference.cli import check_out, run_command
+from reference.cli import load_case as read_case
+from reference.msa.inputs import check_msa_inputs
 from reference.validate import check_decode_inputs
 
 from ..backend import gpu_count
@@ -22,11 +25,15 @@ def _backend(name: str) -> str:
     return ("cuda" if gpu_count() else "cpu") if name == "auto" else name
 
 
-def load_case(path: str) -> Case:
-    """A saved case, checked by the reference's input rules in this process, before any rank
-    starts: a missing, unreadable or invalid case is a ValueError naming what is wrong."""
-    case = Case.load(path)
-    check_decode_inputs(*case.args())
+def load_case(path: str) -> Case | msa.MsaCase:
+    """A saved case of either format (an MSA case holds its forced windows), checked by the
+    reference's input rules for its format in this process, before any rank starts: a
+    missing, unreadable or invalid case is a ValueError naming what is wrong."""
+    case = read_case(path)
+    if isinstance(case, msa.MsaCase):
+        check_msa_inputs(*case.args(), **case.windows())
+    else:
+        check_decode_inputs(*case.args())
     return case
 
 

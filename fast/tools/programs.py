@@ -7,14 +7,27 @@ import time
 
 import torch
 
-from ..cp import IndexerDecodeCP, build_cp_decode
+from ..build import build_cp_decode
+from ..cp import IndexerDecodeCP
 from ..layout import HeadLayout
+from ..msa_cp import MsaDecodeCP
+from ..msa_scorer import KEY_FORMATS
+from ..msa_stock import MsaStockDecode
 from ..stock import StockDecode
 
 
 def on_device(device, case: dict) -> dict:
     """A case dict with its tensors moved to ``device``."""
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in case.items()}
+
+
+def case_format(case: dict) -> tuple[str, dict]:
+    """(key format, forced windows) of a case dict: an MSA case (``reference.msa.MsaCase``)
+    holds its windows, and its keys' dtype names the format; any other is "nvfp4", no windows."""
+    if "init_blocks" not in case:
+        return "nvfp4", {}
+    formats = {dtype: name for name, dtype in KEY_FORMATS.items()}
+    return formats[case["k_cache"].dtype], {"init_blocks": case["init_blocks"], "local_blocks": case["local_blocks"]}
 
 
 def decode_on_rank(
@@ -33,7 +46,8 @@ def decode_on_rank(
     pdl: bool = False,
 ) -> dict:
     """Run one decode case on this rank: ``path`` is "cp", "stock", or "auto" (CP where
-    ``build_cp_decode`` allows it, else the stock decode with the reason logged).
+    ``build_cp_decode`` allows it, else the stock decode with the reason logged), for the
+    case's format (``case_format``: an MSA case runs ``MsaDecodeCP`` / ``MsaStockDecode``).
 
     case: the CLI case dict (CPU tensors). Runs ``steps`` back-to-back forwards of one layer
     (nothing else synchronizes the ranks between them) and returns
@@ -54,6 +68,7 @@ def decode_on_rank(
     rows = q.shape[0]
     batch = c["seq_lens"].shape[0]
     extra = {"split": split} | ({} if max_chunk is None else {"max_chunk": max_chunk})
+    key_format, windows = case_format(c)
     if path not in ("cp", "stock", "auto"):
         raise ValueError(f"path: expected 'cp', 'stock' or 'auto', got {path!r}")
     state = None
@@ -67,15 +82,23 @@ def decode_on_rank(
             symm_reason=ctx.symm_reason,
             spin_timeout_s=spin_timeout_s,
             pdl=pdl,
+            key_format=key_format,
+            **windows,
             **extra,
         )
         path = "stock" if state is None else "cp"
-    if path == "cp":
-        state = state or IndexerDecodeCP(
-            heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl, **extra
-        )
-    else:
-        state = StockDecode(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)
+    if path == "cp" and state is None:
+        common = dict(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl)
+        if windows:
+            state = MsaDecodeCP(**common, key_format=key_format, **windows, **extra)
+        else:
+            state = IndexerDecodeCP(**common, **extra)
+    elif path == "stock":
+        common = dict(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)
+        if windows:
+            state = MsaStockDecode(**common, key_format=key_format, **windows)
+        else:
+            state = StockDecode(**common)
     layer = state.new_layer()
     q_mine = q[:, owned].contiguous()
     outs = []
@@ -129,6 +152,7 @@ def assemble(results: list[dict], heads: int) -> torch.Tensor:
 
 
 def run_case(pool, case, path: str, **kwargs) -> torch.Tensor:
-    """Run a ``reference.cases.Case`` on every rank of ``pool``; the assembled output."""
+    """Run a ``reference.cases.Case`` or ``reference.msa.MsaCase`` on every rank of ``pool``;
+    the assembled output."""
     results = pool.run(decode_on_rank, case.to_dict(), path, **kwargs)
     return assemble(results, case.index_q.shape[1])
