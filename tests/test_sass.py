@@ -46,7 +46,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
 
 
 def test_decode_kernels_compile_for_sm90():
-    """The Triton kernels other than the NVFP4 scorers (the MSA one included: the
+    """The Triton kernels other than the NVFP4 scorers (the MSA ones included: the
     interpreter once ran a constexpr branch's early return that the compiler does not),
     compiled by Triton for the GPU (the
     selects in their three forms: three levels, slices of one chunk, a row of one chunk):
@@ -72,7 +72,12 @@ def test_decode_kernels_compile_for_sm90():
     ]
     assert names == [
         "q exchange",
+        "q exchange bf16",
         "merge",
+        "msa merge bf16",
+        "msa compact table",
+        "msa push split=1",
+        "msa push split=4",
         "compact table",
         "q to tile",
         "q to tile bf16",

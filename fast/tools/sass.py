@@ -25,6 +25,7 @@ from triton.experimental.gluon._runtime import GluonASTSource
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
+from ..kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
 from ..kernels.msa_scorer import msa_score_kernel
 from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from ..kernels.scorer_prmt import score_kernel_prmt
@@ -164,14 +165,46 @@ def compile_kernels() -> list[str]:
             q_exchange_kernel,
             "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 current_ptr:*i64 err_ptr:*i32 set_words:i32 "
             "timeout_ns:i64",
-            cp | {"R": 1, "HEAD0": 2, "WALL": False},
+            cp | {"R": 1, "HEAD0": 2, "WALL": False, "WORDS": 32, "HALVES": False},
         ),
         (
-            "merge",
-            merge_kernel,
-            "seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 "
-            "parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 timeout_ns:i64",
-            cp | {"SORT": True, "WALL": False},
+            "q exchange bf16",
+            q_exchange_kernel,
+            "q_ptr:*i32 seq_lens_ptr:*i32 tile_ptrs:*i64 parity_ptr:*i64 current_ptr:*i64 err_ptr:*i32 set_words:i32 "
+            "timeout_ns:i64",
+            cp | {"R": 1, "HEAD0": 2, "WALL": False, "WORDS": 64, "HALVES": True},
+        ),
+        *(
+            (
+                name,
+                merge_kernel,
+                "seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 tile_ptrs:*i64 current_ptr:*i64 "
+                "parity_ptr:*i64 err_ptr:*i32 out_ptr:*i32 rows_max:i32 set_elems:i32 set_words:i32 timeout_ns:i64 "
+                "init:i32 local:i32",
+                cp | {"SORT": True, "WALL": False} | extra,
+            )
+            for name, extra in (("merge", {"WORDS": 32, "MSA": False}), ("msa merge bf16", {"WORDS": 64, "MSA": True}))
+        ),
+        (
+            "msa compact table",
+            msa_compact_table_kernel,
+            "bt_ptr:*i32 seq_lens_ptr:*i32 cbt_ptr:*i32 score_lens_ptr:*i32 seq_out_ptr:*i32 n_local_ptr:*i32 "
+            "bounds_ptr:*i32 P:i32 stride_bt:i32",
+            {"W": 512, "CP": 2, "RANK": 1, "BLOCK": 512},
+        ),
+        *(
+            (
+                f"msa push split={split}",
+                msa_push_kernel,
+                "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 "
+                "current_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 init:i32 "
+                "local:i32 stride_sb:i32 stride_sr:i32",
+                cp
+                | {"R": 1, "SLICE": 2048 // split, "SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers}
+                | {"PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True},
+            )
+            # a 2048-column row in three levels, and split in four slices of one chunk
+            for split, shape in ((1, SelectShape.for_width(2048, 512)), (4, SelectShape.for_width(512, 512)))
         ),
         (
             "compact table",
