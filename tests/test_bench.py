@@ -342,7 +342,9 @@ def test_msa_sections_run_check_and_print(capsys):
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
     stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)
     assert [set(r) >= {"forward_us", "score_us", "select_us"} for r in stages] == [True, True]
+    layers = bench_msa.msa_cp_vs_stock(dev, (32 * 128,), (2,), gen, cps=(4,), timer=once, flush_bytes=1 << 16)
+    assert [(r["format"], r["cp"], r["speedup"]) for r in layers] == [("bf16", 4, 1.0), ("fp8", 4, 1.0)]
     assert bench_msa.check_msa(dev)
-    bench_msa.print_msa({"msa_scorer": rows, "msa_stock": stages}, sys.stdout)
+    bench_msa.print_msa({"msa_scorer": rows, "msa_stock": stages, "msa_cp": layers}, sys.stdout)
     out = capsys.readouterr().out
-    assert "MSA scorer alone" in out and "MSA stock decode" in out and " fp8 " in out
+    assert "MSA scorer alone" in out and "MSA stock decode" in out and "MSA CP rank vs stock" in out and " fp8 " in out

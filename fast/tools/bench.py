@@ -51,7 +51,7 @@ from ..stock import StockDecode
 from ..symm import SingleRankSymmetric
 from ..tables import dequant_lut
 from .bench_layers import bench_layers_on_rank
-from .bench_msa import MSA_CONTEXTS, check_msa, msa_scorer_section, msa_stock_stages, print_msa
+from .bench_msa import MSA_CONTEXTS, check_msa, msa_cp_vs_stock, msa_scorer_section, msa_stock_stages, print_msa
 from .launcher import RankPool
 from .programs import run_case
 from .scorer_variants import score_variant
@@ -556,12 +556,13 @@ def run_bench(
     report["push"] = push_section(device, gen)
     del pool
     torch.cuda.empty_cache()
-    report["checks"]["msa stock"] = check_msa()
+    report["checks"]["msa stock + one-rank cp"] = check_msa()
     msa_contexts = [c for c in contexts if c in MSA_CONTEXTS] or list(MSA_CONTEXTS[:1])
     msa_batches = [b for b in batches if b >= 8] or [8]
     read = report["ceilings"]["stream_read_GBps"]
     report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
     report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)
+    report["msa_cp"] = msa_cp_vs_stock(device, msa_contexts, sorted({1, *msa_batches}), gen)
     world = world or p2p_gpus()
     report["world"] = world
     if world >= 2:

@@ -1,6 +1,7 @@
 """``make bench``'s rows for the BF16 / FP8 format (docs/DESIGN.md §10): the MSA scorer alone
 on cold blocks, as read bandwidth and a fraction of the run's streaming-read ceiling, and
-the stock MSA decode's stages; plus its correctness gate against the reference."""
+the stock MSA decode's stages, a CP rank's layer against a stock rank's on one GPU; plus
+the correctness gate against the reference."""
 
 from __future__ import annotations
 
@@ -10,13 +11,16 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
+from ..msa_cp import MsaDecodeCP
 from ..msa_scorer import KEY_FORMATS, score_blocks
 from ..msa_stock import MsaStockDecode
+from ..symm import SingleRankSymmetric
 from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us
 
 # (Hs, slots scored) as the NVFP4 grid's: the stock rank's head, CP's four heads at q 8 and 1.
 MSA_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
 MSA_CONTEXTS = (131072, 1048576)  # tokens: where the scorer is the decode's time
+MSA_WINDOWS = {"init_blocks": 1, "local_blocks": 2}  # the benchmark's forced windows
 
 
 def block_bytes(key_format: str) -> int:
@@ -135,13 +139,104 @@ def msa_stock_stages(
     return rows
 
 
+def cold_sets(batch: int, pages: int, key_format: str, flush_bytes: int) -> int:
+    """Disjoint block sets a timed graph cycles through so that each call reads cold blocks:
+    together more than ``flush_bytes`` (at most 64)."""
+    return max(1, min(64, math.ceil(flush_bytes / (batch * pages * block_bytes(key_format)))))
+
+
+def msa_cp_vs_stock(
+    device,
+    contexts,
+    batches,
+    gen,
+    cps=(4, 8),
+    heads: int = 4,
+    query_len: int = 1,
+    timer=graph_time_us,
+    flush_bytes: int = FLUSH_BYTES,
+) -> list[dict]:
+    """A CP rank's layer against a stock rank's on one GPU, per (format, context, batch,
+    CP), cold blocks, µs per layer:
+
+    - ``stock_us``: ``MsaStockDecode`` of a tensor-parallel rank's max(1, H / CP) heads over
+      every block (plan included);
+    - ``cp_us``: ``MsaDecodeCP`` of one rank alone (world 1) on a table of ``ceil(P / CP)``
+      blocks, all H heads (plan included): what rank r of CP scores and pushes, but with no
+      peer (its stores stay on this GPU; no spin waits on NVLink) and a merge of 16
+      candidates, not CP x 16. ``cp_score_us``: its scorer alone.
+
+    Ideal ``stock_us / cp_us`` is CP (1 / CP of the reads). Timing ranks that share one GPU
+    would measure time slicing, not CP; this is the one-GPU estimate of the stages."""
+    rows = []
+    for fmt in KEY_FORMATS:
+        dtype = KEY_FORMATS[fmt]
+        # A CP rank reads 1 / CP of a set's blocks: the sets are counted on what it reads.
+        sets_of = {
+            (b, c, cp): cold_sets(b, -(-c // PAGE // cp), fmt, flush_bytes)
+            for c in contexts
+            for b in batches
+            for cp in cps
+        }
+        blocks = max(b * (c // PAGE) * n for (b, c, _), n in sets_of.items())
+        cache = random_keys(blocks, fmt, device)
+        for ctx in contexts:
+            pages = ctx // PAGE
+            for batch in batches:
+                lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+                q = torch.randn(batch * query_len, heads, HEAD_DIM, generator=gen).to(dtype).to(device)
+                out = torch.empty(batch * query_len, heads, 16, dtype=torch.int32, device=device)
+                for cp in cps:
+                    sets = sets_of[(batch, ctx, cp)]
+                    hr = max(1, heads // cp)
+                    q_tp = q[:, :hr].contiguous()
+                    out_tp = torch.empty(batch * query_len, hr, 16, dtype=torch.int32, device=device)
+                    stock = MsaStockDecode(
+                        heads=hr, max_reqs=batch, device=device, key_format=fmt, pdl=True, **MSA_WINDOWS
+                    )
+                    full = disjoint_tables(batch, pages, sets, gen, device)
+                    width = -(-pages // cp)
+                    mine = [t[:, :width].contiguous() for t in full]  # a rank's blocks: any 1 / CP of them
+                    state = MsaDecodeCP(
+                        heads=heads,
+                        max_reqs=batch,
+                        symm=SingleRankSymmetric(device),
+                        key_format=fmt,
+                        pdl=True,
+                        **MSA_WINDOWS,
+                    )
+                    layer = state.new_layer()
+
+                    def stock_layer(i, stock=stock, full=full, q_tp=q_tp, out_tp=out_tp, cache=cache):
+                        plan = stock.plan(full[i], lens)
+                        stock.forward(stock.new_layer(), plan, q_tp, cache, out_tp, query_len)
+
+                    def cp_layer(i, state=state, mine=mine, layer=layer, cache=cache):
+                        state.forward(layer, state.plan(mine[i], lens), q, cache, out, query_len)
+
+                    def cp_score(i, state=state, mine=mine, layer=layer, cache=cache):
+                        state.score(layer, state.plan(mine[i], lens), query_len, k_cache=cache)
+
+                    row = {"format": fmt, "context": ctx, "batch": batch, "cp": cp, "heads": heads}
+                    row["stock_us"] = timer(stock_layer, sets)
+                    row["cp_us"] = timer(cp_layer, sets)
+                    row["cp_score_us"] = timer(cp_score, sets)
+                    row["speedup"] = row["stock_us"] / row["cp_us"]
+                    rows.append(row)
+        del cache
+        torch.cuda.empty_cache()
+    return rows
+
+
 def check_msa(device=None) -> bool:
-    """The stock MSA decode on ``device`` (default the first GPU) against the reference's
-    oracle on exact-arithmetic inputs (long rows, q = 4, both formats): bit for bit."""
+    """The stock MSA decode and a one-rank MSA CP decode on ``device`` (default the first
+    GPU) against the reference's oracle on exact-arithmetic inputs (long rows, q = 4, both
+    formats): bit for bit."""
     from reference import msa
 
     from ..msa_stock import msa_stock_decode
 
+    device = device or torch.device("cuda", 0)
     ok = True
     for fmt in KEY_FORMATS:
         case = msa.make_case(
@@ -154,10 +249,17 @@ def check_msa(device=None) -> bool:
             init_blocks=1,
             local_blocks=2,
         )
-        on = [x.to(device or torch.device("cuda", 0)) for x in case.args()[:4]]
+        on = [x.to(device) for x in case.args()[:4]]
         got = msa_stock_decode(*on, query_len=4, init_blocks=1, local_blocks=2)
         want = msa.full_decode(*case.args(), init_blocks=1, local_blocks=2)
         ok &= bool(torch.equal(got.cpu(), want))
+        state = MsaDecodeCP(
+            heads=4, max_reqs=3, symm=SingleRankSymmetric(device), key_format=fmt, init_blocks=1, local_blocks=2
+        )
+        out = torch.full_like(got, -7)
+        state.forward(state.new_layer(), state.plan(on[2], on[3]), on[0], on[1], out, 4)
+        state.check()
+        ok &= bool(torch.equal(out.cpu(), want))
     return ok
 
 
@@ -171,6 +273,23 @@ def print_msa(report: dict, file) -> None:
             print(
                 f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} "
                 f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f}",
+                file=file,
+            )
+    if report.get("msa_cp"):
+        print(
+            "\nMSA CP rank vs stock rank on one GPU (cold, q 1, windows 1 + 2), µs per layer: stock = a TP rank's "
+            "H / CP heads over every block; cp = one rank alone on 1 / CP of the blocks, all heads (no peer: no "
+            "NVLink stores or waits, a merge of 16 candidates); ideal stock / cp = CP",
+            file=file,
+        )
+        print(
+            f"{'format':>6} {'context':>8} {'batch':>5} {'CP':>3} {'stock':>9} {'cp':>9} {'cp score':>9} {'st/cp':>6}",
+            file=file,
+        )
+        for r in report["msa_cp"]:
+            print(
+                f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['cp']:>3} {r['stock_us']:>9.1f} "
+                f"{r['cp_us']:>9.1f} {r['cp_score_us']:>9.1f} {r['speedup']:>6.2f}",
                 file=file,
             )
     if report.get("msa_stock"):
