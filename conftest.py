@@ -70,3 +70,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "multigpu" in item.keywords and gpus < 2:
             item.add_marker(skip_multi)
+
+
+def pytest_sessionfinish(session):
+    """Stop the multi-rank tests' rank processes (``tests/rank_pools.py``), if any started."""
+    pools = sys.modules.get("rank_pools")
+    if pools is not None:
+        pools.close_pools()

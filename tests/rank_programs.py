@@ -17,8 +17,10 @@ from fast.cp import IndexerDecodeCP
 from fast.errors import DecodeInputError, PeerTimeoutError
 from fast.graphs import GraphedDecode
 from fast.layout import HeadLayout
+from fast.msa_cp import MsaDecodeCP
 from fast.tools.bench_layers import cp_stage_layers
-from fast.tools.programs import on_device
+from fast.tools.programs import case_format, on_device
+from fuzz.strategies import FF_BYTE_BF16
 from reference.cases import make_case
 
 
@@ -26,7 +28,7 @@ from reference.cases import make_case
 class OneLayer:
     """This rank's part of a case: ``c`` (the case on this rank's device), ``owned`` (this
     rank's heads), a CP ``state`` with one ``layer``, and ``q`` (this rank's queries,
-    float8_e4m3fn [rows, Hr, 128])."""
+    [rows, Hr, 128] in the case's query dtype)."""
 
     c: dict
     owned: list[int]
@@ -47,11 +49,14 @@ class OneLayer:
 
 
 def one_layer(ctx, case: dict, **state_options) -> OneLayer:
-    """``OneLayer`` of ``case`` on this rank; state_options: ``IndexerDecodeCP`` keywords."""
+    """``OneLayer`` of ``case`` on this rank (an MSA case: ``MsaDecodeCP`` with its format and
+    windows); state_options: ``IndexerDecodeCP`` keywords."""
     c = on_device(ctx.device, case)
     heads = c["index_q"].shape[1]
     owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
-    state = IndexerDecodeCP(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, **state_options)
+    key_format, windows = case_format(c)
+    common = dict(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, **state_options)
+    state = MsaDecodeCP(**common, key_format=key_format, **windows) if windows else IndexerDecodeCP(**common)
     return OneLayer(c, owned, state, state.new_layer(), c["index_q"][:, owned].contiguous())
 
 
@@ -69,7 +74,7 @@ def changing_queries_on_rank(
     rank = one_layer(ctx, case, pdl=pdl)
     short = short_lens.to(ctx.device)
     outs = []
-    for step, q in enumerate(step_queries(case["index_q"].shape, steps, seed)):
+    for step, q in enumerate(step_queries(case["index_q"].shape, steps, seed, case["index_q"].dtype)):
         time.sleep((lag or {}).get(ctx.rank, 0.0))
         queries = q[:, rank.owned].contiguous().to(ctx.device)
         outs.append(rank.step(queries, lens=short if (step // 2) % 2 == 0 else None))
@@ -178,7 +183,7 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
         push(*args)
 
     outs = []
-    for i, queries in enumerate(step_queries(case["index_q"].shape, steps, seed)):
+    for i, queries in enumerate(step_queries(case["index_q"].shape, steps, seed, case["index_q"].dtype)):
         state._push = late_push if ctx.rank == 1 and i in (1, 3) else push
         outs.append(step(queries[:, owned].contiguous().to(ctx.device)).cpu())
     state.check()
@@ -219,16 +224,20 @@ def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> d
     return {"heads": rank.owned, "flagged_s": flagged_s, "step_s": step_s, "raised": raised, "outs": outs}
 
 
-def step_queries(shape, steps: int, seed: int) -> list[torch.Tensor]:
-    """``exact_queries`` of ``shape``, one per step, drawn from ``seed``."""
+def step_queries(shape, steps: int, seed: int, dtype=torch.float8_e4m3fn) -> list[torch.Tensor]:
+    """``exact_queries`` of ``shape`` and ``dtype``, one per step, drawn from ``seed``."""
     gen = torch.Generator().manual_seed(seed)
-    return [exact_queries(shape, gen) for _ in range(steps)]
+    return [exact_queries(shape, gen, dtype) for _ in range(steps)]
 
 
-def exact_queries(shape, gen: torch.Generator) -> torch.Tensor:
-    """float8_e4m3fn queries of ``shape`` with exact-arithmetic values (multiples of 0.5 in
-    [-1, 1]: every summation order gives the same fp32 score)."""
-    return (torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5).to(torch.float8_e4m3fn)
+def exact_queries(shape, gen: torch.Generator, dtype=torch.float8_e4m3fn) -> torch.Tensor:
+    """Queries of ``shape`` and ``dtype`` (float8_e4m3fn or bfloat16) with exact-arithmetic
+    values: multiples of 0.5 in [-1, 1], and for bf16 also +-255/128 (``FF_BYTE_BF16``).
+    Every summation order gives the same fp32 score on the cases' exact keys."""
+    q = torch.randint(-2, 3, tuple(shape), generator=gen).float() * 0.5
+    if dtype == torch.bfloat16:
+        q = torch.where(torch.rand(tuple(shape), generator=gen) < 0.1, torch.sign(q + 0.25) * FF_BYTE_BF16, q)
+    return q.to(dtype)
 
 
 def random_step(

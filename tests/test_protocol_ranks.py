@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 from hypothesis import given, settings
+from rank_pools import BACKEND, GPUS, MAX_PAGES, PDL, cp_param, pool
 
 import reference
-from fast.backend import gpu_count
 from fast.tools.cli import main
 from fast.tools.launcher import RankError, RankPool
 from fast.tools.programs import assemble, decode_on_rank, run_case
@@ -33,44 +33,10 @@ from reference.cp import HeadLayout
 
 pytestmark = pytest.mark.multirank
 
-GPUS = gpu_count()
-BACKEND = "cuda" if GPUS else "cpu"
-# The interpreter runs ~1K pages a second: CPU ranks get short histories; GPUs up to 1M tokens.
-MAX_PAGES = 8192 if GPUS else 40
-PDL = BACKEND == "cuda"
-POOLS: dict[int, RankPool] = {}
-
-
-def pool(cp: int) -> RankPool:
-    """One pool per CP size for the whole module (starting ranks costs seconds)."""
-    if cp not in POOLS or not POOLS[cp]._procs:
-        POOLS[cp] = RankPool(cp, BACKEND)
-    return POOLS[cp]
-
-
-def teardown_module():
-    for p in POOLS.values():
-        p.close()
-
-
-def _cp_param(cp, slow_on_cpu=(8,)):
-    """CP = 8 (and ``slow_on_cpu``'s others) is slow on CPU ranks. On GPUs, a CP above the
-    GPU count puts several ranks on one GPU (time-sliced, a correctness-only
-    configuration): `make test-slow` runs those.
-    On the 2 x H200 machine (2026-11-29) one of them failed: test_past_the_table_and_max_pages
-    at CP = 4 on 2 GPUs (H = 2, two replicas per head) had the replicas of head 1 disagree;
-    see the GPU issue's note."""
-    shared = BACKEND == "cuda" and cp > GPUS
-    slow = shared or (cp in slow_on_cpu and BACKEND == "cpu")
-    return pytest.param(
-        cp, id=f"cp{cp}-{BACKEND}" + ("-shared-gpus" if shared else ""), marks=[pytest.mark.slow] if slow else []
-    )
-
-
-CPS = [_cp_param(cp) for cp in (1, 2, 4, 8)]
+CPS = [cp_param(cp) for cp in (1, 2, 4, 8)]
 # Hypothesis over 4 interpreter ranks took 39 s of CI's 2 cores; CP = 4 stays in CI's tier
 # through the fixed cases below (the table edge, past the table).
-CPS_FUZZED = [_cp_param(cp, slow_on_cpu=(4, 8)) for cp in (1, 2, 4, 8)]
+CPS_FUZZED = [cp_param(cp, slow_on_cpu=(4, 8)) for cp in (1, 2, 4, 8)]
 
 
 @pytest.mark.parametrize("cp", CPS_FUZZED)
@@ -181,7 +147,7 @@ def test_stages_without_the_scorer_repeat_the_forward():
         assert torch.equal(assemble(list(run), 4), want), f"run {k} (0: the forward)"
 
 
-@pytest.mark.parametrize("cp", [_cp_param(2), _cp_param(4)])
+@pytest.mark.parametrize("cp", [cp_param(2), cp_param(4)])
 def test_past_the_table_and_max_pages(cp):
     case = make_case(
         7, [seq_len_for(100, 3), seq_len_for(30, 0)], query_len=3, heads=4, pattern="clustered", table_width=9
