@@ -29,6 +29,9 @@ CP_TESTS = ("tests/test_guards.py", "tests/test_cp_one_rank.py")
 RANK_TESTS = ("-m multirank tests/test_protocol_ranks.py -k 'cp2-h1 or waits_for_nobody or table_edge'",)
 # The BF16 / FP8 format's fast parts: the scorer, then the stock decode (guards, select).
 MSA_TESTS = ("tests/test_msa_scorer.py", "tests/test_msa_stock.py")
+# Its CP path in one process (plan, protocol at CP = 1), then across CPU ranks.
+MSA_CP_TESTS = ("tests/test_msa_cp_one_rank.py",)
+MSA_RANK_TESTS = ("-m multirank tests/test_msa_protocol_ranks.py -k 'windows_at_the_edges and cp2'",)
 MISSING_PEER = ("-m multirank tests/test_protocol_ranks.py -k missing_peer",)
 FLAGGED = ("-m multirank tests/test_protocol_ranks.py -k waits_for_nothing_again",)
 
@@ -49,7 +52,12 @@ class Bug:
 
 def _from_mutant(m) -> Bug:
     """The fuzz teeth test's mutants (``fuzz.mutants``), as campaign bugs."""
-    tests = REFERENCE_TESTS if m.module.startswith("reference") else CP_TESTS
+    if m.module.startswith("reference"):
+        tests = REFERENCE_TESTS
+    elif m.name.startswith("msa"):
+        tests = MSA_CP_TESTS + MSA_TESTS
+    else:
+        tests = CP_TESTS
     return Bug(m.name, m.module.replace(".", "/") + ".py", m.old, m.new, tests, m.target)
 
 
@@ -237,7 +245,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         "exchange does not wait",
         "fast/kernels/cp.py",
         "        while pending & (clock_ns(WALL) < deadline):\n"
-        "            pending = has_ff_byte(tl.load(local, volatile=True))\n",
+        "            pending = has_unwritten(tl.load(local, volatile=True), HALVES)\n",
         "        pending = False\n",
         RANK_TESTS,
         "protocol",
@@ -277,8 +285,8 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     Bug(
         "exchange replicas store the same words",
         "fast/kernels/cp.py",
-        "    w = (RANK % R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words\n",
-        "    w = (RANK // R) * (_WORDS // R) + tl.arange(0, _WORDS // R)  # this replica's words\n",
+        "    w = (RANK % R) * (WORDS // R) + tl.arange(0, WORDS // R)  # this replica's words\n",
+        "    w = (RANK // R) * (WORDS // R) + tl.arange(0, WORDS // R)  # this replica's words\n",
         RANK_TESTS,
         "protocol",
     ),
@@ -301,7 +309,8 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     Bug(
         "merge gives up silently",
         "fast/kernels/cp.py",
-        "        if pending:\n            tl.store(err_ptr, _ERR_MERGE)\n",
+        "        if pending & (worst == 0):  # the first spin to give up names itself (as the exchange's)\n"
+        "            tl.store(err_ptr, _ERR_MERGE)\n",
         "",
         MISSING_PEER,
         "protocol",
@@ -484,6 +493,23 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         "    return (blocks < n) & ((blocks <= init_blocks) | (blocks >= n - local_blocks))\n",
         ("tests/test_msa_reference.py",),
         "msa-reference",
+    ),
+    # Its CP path: the plan and the push (the exchange's flag and the merge are fuzz/mutants.py's).
+    Bug(
+        "msa plan counts the rank's read columns one short",
+        "fast/kernels/msa_cp.py",
+        "    tl.store(n_local_ptr + b, _columns_below(reads, CP, RANK))\n",
+        "    tl.store(n_local_ptr + b, _columns_below(tl.maximum(reads - 1, 0), CP, RANK))\n",
+        MSA_CP_TESTS + MSA_RANK_TESTS,
+        "msa-protocol",
+    ),
+    Bug(
+        "msa push ranks the rank's columns as if it were rank 0",
+        "fast/kernels/msa_cp.py",
+        "    lo = _columns_below(init, CP, RANK)\n    hi = tl.minimum(_columns_below(n - local, CP, RANK), n_local)\n",
+        "    lo = _columns_below(init, CP, 0)\n    hi = tl.minimum(_columns_below(n - local, CP, 0), n_local)\n",
+        MSA_RANK_TESTS,
+        "msa-protocol",
     ),
 ]
 

@@ -59,7 +59,7 @@ MUTANTS = [
         "merge does not re-arm the q tile",
         "kernels",
         "fast.kernels.cp",
-        "    tl.store(tile + hw, tl.full([H * _WORDS], -1, tl.int32))\n",
+        "    tl.store(tile + hw, tl.full([H * WORDS], -1, tl.int32))\n",
         "    tl.store(tile + hw, tl.load(tile + hw))\n",
     ),
     Mutant(
@@ -73,8 +73,8 @@ MUTANTS = [
         "own page not forced into slot 15",
         "kernels",
         "fast.kernels.cp",
-        "            tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
-        "            tl.store(dst, keys_to_pages(best))\n",
+        "                tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
+        "                tl.store(dst, keys_to_pages(best))\n",
     ),
     Mutant(
         "msa output descending",
@@ -110,6 +110,34 @@ MUTANTS = [
         "fast.kernels.msa_select",
         "    hi = tl.minimum(n - local, P)\n",
         "    hi = tl.minimum(n - local + 1, P)\n",
+    ),
+    Mutant(
+        "msa push keys not shifted back to their blocks",
+        "msa-kernels",
+        "fast.kernels.msa_cp",
+        "_push(tl.where(best > 0, best - lo * CP, 0), dst, healthy)",
+        "_push(best, dst, healthy)",
+    ),
+    Mutant(
+        "msa exchange takes a bf16 0xFF byte for unwritten",
+        "msa-kernels",
+        "fast.kernels.device",
+        "    if HALVES:\n",
+        "    if False:\n",
+    ),
+    Mutant(
+        "msa merge takes one candidate too many",
+        "msa-kernels",
+        "fast.kernels.cp",
+        "                m = _TOPK - init - local  # the candidates a row takes\n",
+        "                m = _TOPK - init - local + 1  # the candidates a row takes\n",
+    ),
+    Mutant(
+        "msa rank's candidates start one column early",
+        "msa-kernels",
+        "fast.kernels.msa_cp",
+        "    lo = _columns_below(init, CP, RANK)\n",
+        "    lo = _columns_below(tl.maximum(init - 1, 0), CP, RANK)\n",
     ),
 ]
 

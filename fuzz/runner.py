@@ -156,6 +156,8 @@ def _config(raw):
             kind = "a list of ints"
         elif name in ("pattern", "key_format"):
             ok, kind = isinstance(value, str), "a string"
+        elif name == "ff_bytes":
+            ok, kind = isinstance(value, bool), "true or false"
         else:
             ok, kind = isinstance(value, int) and not isinstance(value, bool), "an int"
         if not ok:

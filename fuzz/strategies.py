@@ -9,12 +9,14 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import asdict, dataclass
 
+import torch
 from hypothesis import strategies as st
 
 from indexer_constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
 from reference import msa
 from reference.cases import PATTERNS, Case, make_case
 from reference.msa.cases import DTYPES as MSA_DTYPES
+from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT
 from reference.msa.cases import PATTERNS as MSA_PATTERNS
 
 SMALL_EDGE_PAGES = (0, 1, 3, 15, 16, 17, 129)
@@ -37,10 +39,11 @@ class DecodeConfig:
     key_format: str = "nvfp4"  # or "bf16" / "fp8": docs/DESIGN.md §10, with its forced windows
     init_blocks: int = 0
     local_blocks: int = 0
+    ff_bytes: bool = False  # bf16 MSA: queries holding 0xFF bytes (``with_ff_bytes``)
 
     def build(self) -> Case | msa.MsaCase:
         if self.key_format != "nvfp4":
-            return msa.make_case(
+            case = msa.make_case(
                 self.seed,
                 list(self.seq_lens),
                 dtype=self.key_format,
@@ -51,6 +54,7 @@ class DecodeConfig:
                 init_blocks=self.init_blocks,
                 local_blocks=self.local_blocks,
             )
+            return with_ff_bytes(case) if self.ff_bytes else case
         return make_case(
             self.seed,
             list(self.seq_lens),
@@ -112,11 +116,30 @@ def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_
 
 
 @st.composite
-def msa_configs(draw, max_pages: int = 300, cps=SUPPORTED_CP, big: bool = False):
+def msa_configs(draw, max_pages: int = 300, cps=SUPPORTED_CP, big: bool = False, patterns=MSA_PATTERNS):
     """``decode_configs`` for the MSA format: a key dtype, its patterns, forced windows of
-    0..16 blocks in all (biased to the edges: none, one each, all 16)."""
-    base = draw(decode_configs(max_pages=max_pages, patterns=MSA_PATTERNS, cps=cps, big=big))
+    0..16 blocks in all (biased to the edges: none, one each, all 16), and for bf16 on an
+    exact pattern queries holding 0xFF bytes (``with_ff_bytes``)."""
+    base = draw(decode_configs(max_pages=max_pages, patterns=tuple(patterns), cps=cps, big=big))
     init = draw(st.one_of(st.sampled_from([0, 1, 16]), st.integers(0, 16)))
     local = draw(st.one_of(st.sampled_from(sorted({0, min(1, 16 - init), 16 - init})), st.integers(0, 16 - init)))
     fmt = draw(st.sampled_from(sorted(MSA_DTYPES)))
-    return dataclasses.replace(base, key_format=fmt, init_blocks=init, local_blocks=local)
+    ff = fmt == "bf16" and base.pattern in MSA_EXACT
+    return dataclasses.replace(base, key_format=fmt, init_blocks=init, local_blocks=local, ff_bytes=ff)
+
+
+# A bf16 value whose low byte is 0xFF (0x3FFF; its negative 0xBFFF): a bf16 query holding it
+# must not pass for an unwritten one, whose flag is the 0xFFFF half-word, not a byte. With
+# the exact patterns' keys every product is a multiple of 2^-10 and every sum stays below
+# 2^10, so scores stay exact in any summation order.
+FF_BYTE_BF16 = 255 / 128
+
+
+def with_ff_bytes(case: msa.MsaCase) -> msa.MsaCase:
+    """``case`` with a tenth of its bf16 query elements +-255/128 (drawn from the case's
+    size); an fp8 case as it is (a finite E4M3 byte is never 0xFF)."""
+    if case.index_q.dtype == torch.bfloat16:
+        q = case.index_q.float()
+        pick = torch.rand(q.shape, generator=torch.Generator().manual_seed(q.numel())) < 0.1
+        case.index_q = torch.where(pick, torch.sign(q + 0.25) * FF_BYTE_BF16, q).to(torch.bfloat16)
+    return case

@@ -24,7 +24,7 @@ from reference.decode import full_scores
 from reference.selection import own_pages, stock_keys
 from reference.validate import check_decode_inputs
 
-from .strategies import DecodeConfig, decode_configs, msa_configs
+from .strategies import MSA_EXACT, DecodeConfig, decode_configs, msa_configs
 
 EXACT = tuple(EXACT_PATTERNS)
 
@@ -100,8 +100,13 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
 def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     """MSA format, fast against the reference: the stock select on the kernel's own scores
     equals the reference's selection (forced windows, ascending); on exact-arithmetic inputs
-    the scorer matches bit for bit and the stock decode equals the oracle."""
+    the scorer matches bit for bit and the stock decode equals the oracle. The CP decode at
+    CP = 1 in one process (a short spin bound: an exchange that never ends is a failure
+    here, not a hang) equals the stock decode on every input (the same scorer, hence the
+    same scores: random bf16 queries hold 0xFF bytes too) and leaves its buffers re-armed."""
+    from fast.msa_cp import MsaDecodeCP
     from fast.msa_stock import MsaStockDecode
+    from fast.symm import SingleRankSymmetric
     from reference import msa
     from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT
     from reference.msa.decode import full_scores
@@ -128,6 +133,23 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "MSA scorer != reference on exact-arithmetic input"
         assert torch.equal(out.cpu(), msa.full_decode(*case.args(), **case.windows())), "MSA stock != full_decode"
+    stock_out = out.cpu()
+    state = MsaDecodeCP(
+        heads=heads,
+        max_reqs=max(1, batch),
+        symm=SingleRankSymmetric(dev),
+        key_format=cfg.key_format,
+        spin_timeout_s=2.0,
+        **case.windows(),
+    )
+    layer = state.new_layer()
+    cp_plan = state.plan(on[2], on[3])
+    cp_plan.scores.fill_(1e30)
+    out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
+    state.forward(layer, cp_plan, on[0], on[1], out, q)
+    state.check()
+    assert torch.equal(out.cpu(), stock_out), "MSA CP=1 != the MSA stock decode"
+    assert bool((layer.tile.local == -1).all()) and bool((layer.recv.local == -1).all()), "CP buffers not re-armed"
 
 
 def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
@@ -181,6 +203,19 @@ def check_protocol(cfg: DecodeConfig, ctx: Context) -> None:
     assert torch.equal(assemble(results, case.index_q.shape[1]), reference.full_decode(*case.args())), (
         "fast CP != full_decode"
     )
+
+
+def check_msa_protocol(cfg: DecodeConfig, ctx: Context) -> None:
+    """The multi-rank MSA CP path equals the MSA oracle, on CPU ranks or GPUs (two steps of
+    one layer, score buffers poisoned)."""
+    from fast.tools.programs import assemble, decode_on_rank
+    from reference import msa
+
+    case = cfg.build()
+    results = ctx.pool(cfg.cp).run(decode_on_rank, case.to_dict(), "cp", poison=True, steps=2)
+    assert all(r["all_equal"] for r in results), "two steps of one layer gave different outputs"
+    want = msa.full_decode(*case.args(), **case.windows())
+    assert torch.equal(assemble(results, case.index_q.shape[1]), want), "fast MSA CP != msa.full_decode"
 
 
 def check_stock(cfg: DecodeConfig, ctx: Context) -> None:
@@ -365,5 +400,8 @@ TARGETS = {
     "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60),
     "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40),
     "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60),
-    "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 10),
+    "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 16),
+    "msa-protocol": Target(
+        lambda smoke: msa_configs(max_pages=40, cps=(1, 2, 4), patterns=MSA_EXACT), check_msa_protocol, 8
+    ),
 }
