@@ -5,7 +5,6 @@ machine has, each checked against the reference."""
 from __future__ import annotations
 
 import sys
-import time
 
 import torch
 
@@ -14,7 +13,6 @@ from reference import msa
 from reference.cases import make_case, seq_len_for
 
 from ..backend import gpu_count, p2p_gpus
-from ..msa_stock import msa_stock_decode
 from .launcher import RankPool
 from .programs import assemble, decode_on_rank
 
@@ -91,40 +89,44 @@ def run_demo(backend: str = "auto", file=None) -> bool:
 
 
 def run_msa_demo(backend: str, file) -> bool:
-    """The BF16 / FP8 format (docs/DESIGN.md §10): the fast stock decode in this process,
-    against the reference's oracle, on the ``late`` exact-arithmetic keys (the token mask
-    decides scores). Its CP path is not built yet (issue 34)."""
-    device = torch.device("cuda", 0) if backend == "cuda" else torch.device("cpu")
+    """The BF16 / FP8 format (docs/DESIGN.md §10): its stock and CP decodes on the first CP
+    size of ``demo_plan`` against the reference's oracle, on the ``late`` exact-arithmetic
+    keys (the token mask decides scores)."""
     pages = MSA_GPU_PAGES if backend == "cuda" else CPU_PAGES
     init, local = MSA_WINDOWS
+    cp = demo_plan(backend)[0]
     print(
         f"\nBF16 / FP8 keys under the MSA rules: forced windows {init} + {local} blocks (example values), requests "
-        f"with {list(pages)} blocks; the stock path (CP for this format: not yet)",
+        f"with {list(pages)} blocks, CP = {cp}",
         file=file,
     )
-    print(f"{'format':>6} {'q':>2} {'rows':>5} {'agree':>6} {'step ms':>9}", file=file)
+    print(f"{'format':>6} {'q':>2} {'path':>5} {'rows':>5} {'agree':>6} {'step ms':>9}", file=file)
     ok = True
-    for fmt in ("fp8", "bf16"):
-        for q in (1, 4):
-            case = msa.make_case(
-                q,
-                [seq_len_for(p, 3) for p in pages],
-                dtype=fmt,
-                query_len=q,
-                heads=HEADS,
-                pattern="late",
-                init_blocks=init,
-                local_blocks=local,
-            )
-            args = [x.to(device) for x in case.args()[:4]]
-            msa_stock_decode(*args, query_len=q, **case.windows())  # compiles
-            start = time.perf_counter()
-            got = msa_stock_decode(*args, query_len=q, **case.windows())
-            seconds = time.perf_counter() - start
-            agree = torch.equal(got.cpu(), msa.full_decode(*case.args(), **case.windows()))
-            ok &= agree
-            print(
-                f"{fmt:>6} {q:>2} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} {seconds * 1e3:>9.1f}",
-                file=file,
-            )
+    with RankPool(cp, backend) as pool:
+        for fmt in ("fp8", "bf16"):
+            for q in (1, 4):
+                case = msa.make_case(
+                    q,
+                    [seq_len_for(p, 3) for p in pages],
+                    dtype=fmt,
+                    query_len=q,
+                    heads=HEADS,
+                    pattern="late",
+                    init_blocks=init,
+                    local_blocks=local,
+                )
+                want = msa.full_decode(*case.args(), **case.windows())
+                for path in ("stock", "cp"):
+                    warmup = 1 if backend == "cuda" else 0  # (the interpreter compiles nothing)
+                    results = pool.run(
+                        decode_on_rank, case.to_dict(), path, steps=1, warmup=warmup, pdl=backend == "cuda"
+                    )
+                    agree = torch.equal(assemble(results, HEADS), want)
+                    ok &= agree
+                    step = max(r["seconds"] for r in results) * 1e3
+                    print(
+                        f"{fmt:>6} {q:>2} {path:>5} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} "
+                        f"{step:>9.1f}",
+                        file=file,
+                    )
     return ok
