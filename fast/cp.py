@@ -92,6 +92,9 @@ class IndexerDecodeCP:
     tile_dtype = torch.uint8  # the q tile's as the scorer reads it (E4M3 bytes)
     MSA_OUTPUT = False  # the merge's output: §6's (own page in slot 15), or §10.4's (MsaDecodeCP)
     init_blocks = local_blocks = 0  # the merge's forced windows (MSA_OUTPUT only)
+    # The plan's kernel: compact table, scorer lengths, real lengths, n_local and id bounds
+    # (§6's; a format with other rules sets its own, of the same parameters).
+    COMPACT_KERNEL = compact_table_kernel
 
     def __init__(
         self,
@@ -190,7 +193,21 @@ class IndexerDecodeCP:
             )
         p.pages = pages
         if batch:
-            self._compact(block_table, seq_lens, p, pages)
+            self.COMPACT_KERNEL[(p.batch,)](
+                block_table,
+                seq_lens,
+                p.block_table,
+                p.score_lens,
+                p.seq_lens,
+                p.n_local,
+                p.bounds,
+                pages,
+                block_table.stride(0),
+                W=self.width,
+                CP=self.cp,
+                RANK=self.rank,
+                BLOCK=min(1024, triton.next_power_of_2(self.width)),
+            )
         return p
 
     def _compact_width(self, pages: int) -> int:
@@ -202,24 +219,6 @@ class IndexerDecodeCP:
         lie's page past the chunk), so at P = 2^k its select spans a power of two, where W
         would double every select."""
         return self.width - 1
-
-    def _compact(self, block_table: torch.Tensor, seq_lens: torch.Tensor, p: CPPlan, pages: int) -> None:
-        """The plan's kernel: compact table, lengths, n_local and id bounds into ``p``."""
-        compact_table_kernel[(p.batch,)](
-            block_table,
-            seq_lens,
-            p.block_table,
-            p.score_lens,
-            p.seq_lens,
-            p.n_local,
-            p.bounds,
-            pages,
-            block_table.stride(0),
-            W=self.width,
-            CP=self.cp,
-            RANK=self.rank,
-            BLOCK=min(1024, triton.next_power_of_2(self.width)),
-        )
 
     def forward(
         self,

@@ -32,6 +32,9 @@ class MsaDecodeCP(IndexerDecodeCP):
     """
 
     MSA_OUTPUT = True
+    # Its plan: the compact table (-1 past P), real lengths of long requests (0 otherwise),
+    # this rank's read columns (n_local) and the id bounds of every rank's read columns.
+    COMPACT_KERNEL = msa_compact_table_kernel
 
     def __init__(
         self,
@@ -59,25 +62,6 @@ class MsaDecodeCP(IndexerDecodeCP):
     def _ranked_width(self) -> int:
         """The push ranks at most every column (the candidates of a row are a range of them)."""
         return self.width
-
-    def _compact(self, block_table: torch.Tensor, seq_lens: torch.Tensor, p: CPPlan, pages: int) -> None:
-        """The plan's kernel: compact table (-1 past P), real lengths of long requests (0
-        otherwise), this rank's read columns (n_local) and the id bounds of every rank's."""
-        msa_compact_table_kernel[(p.batch,)](
-            block_table,
-            seq_lens,
-            p.block_table,
-            p.score_lens,
-            p.seq_lens,
-            p.n_local,
-            p.bounds,
-            pages,
-            block_table.stride(0),
-            W=self.width,
-            CP=self.cp,
-            RANK=self.rank,
-            BLOCK=min(1024, triton.next_power_of_2(self.width)),
-        )
 
     def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
         """forward's host checks: index_q [B * q, Hr, 128] and k_cache [N, 128, 128], both in
