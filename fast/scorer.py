@@ -21,8 +21,9 @@ from . import checks
 from .backend import pdl_options, sm_count
 from .checks import score_shapes
 from .kernels.guards import ERR_WORDS
+from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_table import score_kernel_table
-from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, partial_maxima, rows_for, score_kernel_wgmma
+from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, rows_for, score_kernel_wgmma
 from .kernels.scorer_wgmma import max_registers as wgmma_max_registers
 from .kernels.scorer_wgmma import pages_per_program as wgmma_pages
 from .tables import dequant_lut, scale_tables

@@ -129,7 +129,8 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     compile for sm_90 at shapes that pick each layout: N 64 with 4 and 1 pages a program,
     N 32 with 3, N 8 (mma.sync) with 8. A layout Gluon cannot lower fails here, without a
     GPU; the GPU tests (test_gpu_scorer.py) hold every shape to the reference bit for bit."""
-    from fast.kernels.scorer_wgmma import mma_rows, partial_maxima
+    from fast.kernels.page_maxima import partial_maxima
+    from fast.kernels.scorer_wgmma import mma_rows
 
     assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
     env = dict(os.environ, FAST_COMPILE_ONLY="1")

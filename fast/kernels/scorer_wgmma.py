@@ -41,12 +41,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-from triton.runtime.jit import constexpr_function
 
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
+from .page_maxima import alloc_maxima, column_maxima, maxima_layout, pad_pow2, page_max
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -82,16 +82,6 @@ def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
     while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
         ppp //= 2
     return ppp
-
-
-def partial_maxima(rows: int, pages: int) -> int:
-    """The partial maxima per page and row the wgmma kernel keeps in shared memory at N =
-    ``rows`` with ``pages`` per program: 32 (one per thread of a warp's 32 rows — no
-    shuffle in the page loop) where the epilogue's share is small — up to 8 rows, or up to
-    32 rows with 4 or more pages a program (each warp reduces its own page); else 8 (two
-    shuffle rounds a page). Fewer pages than warps would repeat the final reduction in
-    every warp, which is why 32 rows need 4 pages for 32 partials."""
-    return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
 
 
 def max_registers(rows: int) -> int | None:
@@ -214,33 +204,6 @@ def _advance(c0, s0, c1, s1, cn, sn, DEPTH: gl.constexpr):
         return cn, sn, cn, sn
 
 
-@constexpr_function
-def _pow2(n):
-    """The least power of 2 >= n, at compile time (Gluon's tensor shapes are powers of 2)."""
-    return triton.next_power_of_2(n)
-
-
-@gluon.jit
-def _page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
-    """Fold block H (0 or 1) of page i into the page's per-token-slot maximum ``best``; after
-    block 1, store PARTS partial maxima of every row at ``maxima[i, :PARTS, :]``. Both MMAs
-    give lane (g, t) of warp w the tokens 16 w + g and 16 w + 8 + g, so at PARTS = 32 each
-    thread's maximum of its two is partial maximum 8 w + g and needs no other thread; a
-    smaller PARTS (``partial_maxima``) first folds the lanes whose g agree modulo PARTS / 4
-    (shuffles). The epilogue reduces them once per program, not per page: a reduction over
-    the warp's lanes every page would be a large share of a page's instructions. Returns
-    the running maximum."""
-    if H == 0:
-        best = acc
-    else:
-        best = gl.maximum(best, acc)
-        G: gl.constexpr = PARTS // 4  # the g kept apart
-        # rows 16 w + 8 h + (8 / G) a + c: h is the thread's own, a in other lanes
-        part = gl.max(gl.max(gl.reshape(best, [4, 2, 8 // G, G, best.shape[1]]), axis=1), axis=1)
-        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[1]]))
-    return best
-
-
 @gluon.jit
 def _block(
     k_ptr,
@@ -271,7 +234,7 @@ def _block(
 ):
     """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
-    page's maxima folded (``_page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
+    page's maxima folded (``page_maxima.page_max``), the pipeline advanced. LOADS_ONLY: the loads alone,
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
     cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, GUARD)
     if LOADS_ONLY:
@@ -282,7 +245,7 @@ def _block(
             acc = mma_v2(a, q_op, zeros)
         else:
             acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
-        run = _page_max(acc, run, h, maxima, i, PARTS)
+        run = page_max(acc, run, h, maxima, i, PARTS)
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run, fold
 
@@ -377,8 +340,8 @@ def score_kernel_wgmma(
         else:
             q_op = q_smem
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
-        PAD: gl.constexpr = _pow2(PPP)
-        maxima = gl.allocate_shared_memory(gl.float32, [PAD, PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+        PAD: gl.constexpr = pad_pow2(PPP)
+        maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros  # each page's running maximum (its first block overwrites it)
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
@@ -455,14 +418,8 @@ def score_kernel_wgmma(
             return
 
         gl.thread_barrier()
-        # [PAD pages, PARTS partial maxima, ROWS], page i on warp i (PAD < 4 repeats over warps,
-        # PAD > 4 wraps), a thread's V rows and its PARTS / T partial maxima of them contiguous
-        # (ldmatrix loads; the convert is then trivial); one masked store (a thread per row
-        # would run every page's loop in all 4 warps at ROWS <= 32).
-        V: gl.constexpr = max(1, ROWS // 32)  # rows a thread holds: ROWS / V <= 32 lanes along them
-        T: gl.constexpr = 32 * V // ROWS  # lanes along the partial maxima
-        across: gl.constexpr = gl.BlockedLayout([1, PARTS // T, V], [1, T, ROWS // V], [4, 1, 1], [2, 1, 0])
-        tops: gl.constexpr = gl.SliceLayout(1, across)
+        best = column_maxima(maxima, PAD, PARTS, ROWS)  # [PAD pages, ROWS]
+        tops: gl.constexpr = gl.SliceLayout(1, maxima_layout(ROWS, PARTS))
         r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))  # row = slot * HS + head
         page = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
         j = first + page
@@ -471,11 +428,6 @@ def score_kernel_wgmma(
         keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
         if PAD != PPP:
             keep = keep & (page < PPP)[:, None]
-        # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * PARTS, ROWS].
-        flat: gl.constexpr = gl.BlockedLayout([PARTS // T, V], [T, ROWS // V], [4, 1], [1, 0])
-        v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
-        # +0.0: an all-zero sum is +0.0
-        best = gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
         # The guard's epilogue: a page whose id is outside the cache was never loaded; its
         # column gets NaN (not a score), and the record names the first such column.
         if GUARD:

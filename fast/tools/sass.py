@@ -28,13 +28,13 @@ from ..kernels.guards import table_bounds_kernel
 from ..kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
 from ..kernels.msa_scorer import msa_score_kernel
 from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
+from ..kernels.page_maxima import partial_maxima
 from ..kernels.scorer_prmt import score_kernel_prmt
 from ..kernels.scorer_wgmma import (
     WGMMA_DEPTH,
     long_row_pages,
     max_registers,
     mma_rows,
-    partial_maxima,
     rows_for,
     score_kernel_wgmma,
 )
@@ -376,14 +376,33 @@ _FUNCTION_PART = {
     "_advance": "loads",
     "_dequant_fragment": "decode",
     "_fragment": "decode",
-    "_page_max": "maximum",
 }
+# The page maxima's module (kernels/page_maxima.py), by function: the per-page fold is the
+# maximum's, the once-a-program reduction the epilogue's.
+_MAXIMA_PART = {"page_max": "maximum", "column_maxima": "epilogue", "alloc_maxima": "setup"}
 PARTS = ("loads", "decode", "MMA", "maximum", "setup", "loop", "epilogue", "other")
 _MMA_OPS = {"HMMA", "HGMMA", "WARPGROUP"}
 # The integer / logic and compare / select opcodes, which the ALU pipe issues at half the
 # rate of the schedulers (16 lanes a partition on sm_90), conversions to fp16 included.
 ALU_OPS = {"LOP3", "PLOP3", "PRMT", "F2FP", "SHF", "IADD3", "LEA", "ISETP", "SEL", "FMNMX", "FSEL", "FSETP"}
 _FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
+
+
+@functools.cache
+def _maxima_line_parts() -> dict[int, str]:
+    """Line number of fast/kernels/page_maxima.py -> its part (parsed once)."""
+    import ast
+    import inspect
+
+    from ..kernels import page_maxima
+
+    source = inspect.getsource(page_maxima)
+    return {
+        i: _MAXIMA_PART.get(node.name, "other")
+        for node in ast.parse(source).body
+        if isinstance(node, ast.FunctionDef)
+        for i in range(node.lineno, node.end_lineno + 1)
+    }
 
 
 @functools.cache
@@ -421,7 +440,7 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
     """Part (``PARTS``) -> instructions, over a listing with line info (``scorer_sass(...,
     lines=True)``), or over its lines ``span`` only (``main_loop_span``); alu: only those of
     ``ALU_OPS``."""
-    by_line = _scorer_line_parts()
+    by_line, maxima_lines = _scorer_line_parts(), _maxima_line_parts()
     counts: collections.Counter = collections.Counter()
     part = "other"
     for i, line in enumerate(sass.splitlines()):
@@ -429,6 +448,8 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
             path, number = m.group(1), int(m.group(2))
             if path.endswith("kernels/scorer_wgmma.py"):
                 part = by_line.get(number, "other")
+            elif path.endswith("kernels/page_maxima.py"):
+                part = maxima_lines.get(number, "other")
             elif "/triton/language/" in path:
                 part = "maximum"  # a reduction's combine (gl.max)
             else:

@@ -13,8 +13,9 @@ from indexer_constants import PAGE_BYTES, SLOTS
 from .. import scorer
 from ..backend import pdl_options
 from ..checks import score_shapes
+from ..kernels.page_maxima import partial_maxima
 from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
-from ..kernels.scorer_wgmma import partial_maxima, rows_for
+from ..kernels.scorer_wgmma import rows_for
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1

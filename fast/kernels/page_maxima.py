@@ -1,0 +1,86 @@
+"""The page maxima of the Gluon scorers (``scorer_wgmma.py``, ``msa_scorer_mma.py``): each
+thread keeps the maximum of its own tokens for every row of every page in shared memory, and
+one barrier and one reduction per program turn them into the program's columns.
+
+Why: both scorers put a page's tokens on the MMA's M, so a page's maximum for a row is a
+reduction over every lane and warp that holds one of its tokens. Done at every page it
+would be a large share of the page's instructions (shuffles, a barrier); kept as per-thread
+partials it costs a few maxima and one store a page.
+
+Both MMAs used (``mma.sync`` m16n8k16 and wgmma m64nNk16, 4 warps) give lane (g, t) of
+warp w the tokens 16 w + g and 16 w + g + 8 of each 64-token block, and the same columns
+(rows scored) in every block.
+"""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.runtime.jit import constexpr_function
+
+
+def partial_maxima(rows: int, pages: int) -> int:
+    """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program:
+    32 (one per thread of a warp's 32 token pairs — no shuffle in the page loop) where the
+    epilogue's share is small — up to 8 rows, or up to 32 rows with 4 or more pages a
+    program (each warp reduces its own page); else 8 (two shuffle rounds a page). Fewer
+    pages than warps would repeat the final reduction in every warp, which is why 32 rows
+    need 4 pages for 32 partials."""
+    return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
+
+
+@constexpr_function
+def pad_pow2(n):
+    """The least power of 2 >= n, at compile time (Gluon's tensor shapes are powers of 2):
+    the pages of a program's maxima buffer."""
+    return triton.next_power_of_2(n)
+
+
+@constexpr_function
+def maxima_layout(rows, parts):
+    """The epilogue's layout of [pages, parts, rows] partial maxima: page i on warp i (fewer
+    pages than warps repeat, more wrap), a thread's V rows and its share of the partials
+    contiguous (vector loads; the convert from the flat load is then trivial)."""
+    v = max(1, rows // 32)  # rows a thread holds: rows / V <= 32 lanes along them
+    t = 32 * v // rows  # lanes along the partial maxima
+    return gl.BlockedLayout([1, parts // t, v], [1, t, rows // v], [4, 1, 1], [2, 1, 0])
+
+
+@gluon.jit
+def page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
+    """Fold 64-token block H (0 or 1) of page i into the page's running maximum ``best``
+    (fp32 [64, N] in the MMA's layout); after block 1, store PARTS partial maxima of every
+    row at ``maxima[i, :PARTS, :]``. At PARTS = 32 each thread's maximum of its two tokens
+    is partial maximum 8 w + g and needs no other thread; a smaller PARTS first folds the
+    lanes whose g agree modulo PARTS / 4 (shuffles). Returns the running maximum."""
+    if H == 0:
+        best = acc
+    else:
+        best = gl.maximum(best, acc)
+        G: gl.constexpr = PARTS // 4  # the g kept apart
+        # rows 16 w + 8 h + (8 / G) a + c: h is the thread's own, a in other lanes
+        part = gl.max(gl.max(gl.reshape(best, [4, 2, 8 // G, G, best.shape[1]]), axis=1), axis=1)
+        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[1]]))
+    return best
+
+
+@gluon.jit
+def column_maxima(maxima, PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
+    """After a barrier: the [PAD, ROWS] maxima of the program's pages (page i's over its
+    PARTS partials), +0.0 added (an all-zero sum is +0.0), in
+    ``SliceLayout(1, maxima_layout(ROWS, PARTS))``. ``maxima``: the [PAD, PARTS, ROWS]
+    buffer ``page_max`` stores into (pages past the program's hold garbage)."""
+    across: gl.constexpr = maxima_layout(ROWS, PARTS)
+    V: gl.constexpr = max(1, ROWS // 32)
+    T: gl.constexpr = 32 * V // ROWS
+    # The 3-D buffer's order-[1, 0] layout cannot be loaded as 3-D: as [PAD * PARTS, ROWS].
+    flat: gl.constexpr = gl.BlockedLayout([PARTS // T, V], [T, ROWS // V], [4, 1], [1, 0])
+    v = maxima._reinterpret(gl.float32, [PAD * PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0])).load(flat)
+    return gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
+
+
+@gluon.jit
+def alloc_maxima(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
+    """The shared [PAD, PARTS, ROWS] fp32 buffer of a program's partial maxima."""
+    return gl.allocate_shared_memory(gl.float32, [PAD, PARTS, ROWS], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
