@@ -1,4 +1,10 @@
-"""``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device."""
+"""``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device.
+
+Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: each
+thread's fragment of the keys through a cp.async ring, widened in registers; GPUs, E4M3 keys
+by default) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the interpreter's, and the
+GPUs' for BF16 keys). ``GPU_KERNEL`` says which a GPU runs.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +16,37 @@ import triton
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from . import checks
-from .backend import pdl_options
+from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
 from .kernels.msa_scorer import msa_score_kernel
+from .kernels.msa_scorer_mma import msa_score_kernel_mma
+from .kernels.page_maxima import partial_maxima
+from .kernels.scorer_wgmma import mma_rows, pages_per_program
 from .scorer import first_set, no_record
 
 # The key formats of the MSA decode and their element type (queries and keys alike).
 KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
-# Per key dtype: columns per program (the tile's rows are loaded and converted once per
-# program) and the column loop's pipeline depth on GPUs; measured choices (fast/tools/PERF.md).
+KERNELS = ("mma", "dot")
+# The dot kernel, per key dtype: columns per program (the tile's rows are loaded and converted
+# once per program) and the column loop's pipeline depth on GPUs; measured choices
+# (fast/tools/PERF.md).
 COLS_PER_PROGRAM = {torch.bfloat16: 8, torch.float8_e4m3fn: 4}
 STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 2}
 NUM_WARPS = 4
+
+
+# The kernel a GPU runs per key dtype: the mma kernel for E4M3; for BF16 (no conversion to
+# hide) the dot kernel measured faster at every batch >= 8 (fast/tools/PERF.md).
+GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
+# The mma kernel's cp.async ring per key dtype: half-blocks per program, STAGES - 1 in
+# flight (measured choices: fast/tools/PERF.md).
+RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
+
+
+def ring_stages(dtype: torch.dtype, ppp: int) -> int:
+    """The mma kernel's ring depth for ``ppp`` columns per program (no deeper than the
+    program's 2 ppp half-blocks need)."""
+    return min(RING_STAGES[dtype], 2 * ppp + 1)
 
 
 def check_keys(name: str, x, dtype=None) -> None:
@@ -56,6 +81,9 @@ def score_blocks(
     q_set_stride: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
+    kernel: str | None = None,
+    ppp: int | None = None,
+    stages: int | None = None,
 ) -> torch.Tensor:
     """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
 
@@ -72,7 +100,13 @@ def score_blocks(
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` elements
     (the CP path's two tile sets). pdl: launch as a programmatic dependent (GPUs). An id
     outside ``[0, N)`` is never loaded and its stored columns get NaN; with ``error`` (an
-    int32 [5] record: ``fast.errors``) the first such (request, column, id) is recorded.
+    int32 [5] record: ``fast.errors``) such a (request, column, id) is recorded: a program's
+    first, and the record's first writer wins.
+    kernel: "mma" or "dot" (default: ``GPU_KERNEL``'s on a GPU, "dot" elsewhere; the mma
+    kernel runs on GPUs only).
+    ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
+    the grid); stages: its cp.async ring of half-blocks (2 .. 8, default ``ring_stages``);
+    tests and the bench's variants set them.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     check_keys("k_cache", k_cache)
@@ -99,7 +133,50 @@ def score_blocks(
         checks.error_record(error, device)
     if pdl and device.type != "cuda":
         raise ValueError(f"pdl: needs a GPU, not {device.type}")
+    kernel = kernel or (GPU_KERNEL[k_cache.dtype] if device.type == "cuda" else "dot")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
+    if kernel == "mma" and device.type != "cuda":
+        raise ValueError(f"kernel: 'mma' needs a GPU, not {device.type} (the dot kernel runs anywhere)")
+    for name, value, low, high in (("ppp", ppp, 1, 16), ("stages", stages, 2, 8)):
+        if value is not None:
+            check_int(name, value, low=low, high=high)
+            if kernel != "mma":
+                raise ValueError(f"{name}: sets the mma kernel's launch, not the {kernel} kernel's")
     if batch == 0 or width == 0:
+        return out
+    if kernel == "mma":
+        rows = mma_rows((SLOTS - first_slot) * hs)
+        ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
+        stages = min(stages, 2 * ppp + 1) if stages else ring_stages(k_cache.dtype, ppp)
+        msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
+            raw_view(q_tile),
+            first_set(str(device)) if q_sel is None else q_sel,
+            q_set_stride,
+            raw_view(k_cache),
+            block_table,
+            lens,
+            out,
+            no_record(str(device)) if error is None else error,
+            width,
+            num_pages,
+            stride,
+            offset,
+            k_cache.shape[0],
+            block_table.stride(0),
+            out.stride(0),
+            out.stride(1),
+            HS=hs,
+            SLOT0=first_slot,
+            ROWS=rows,
+            PPP=ppp,
+            PARTS=partial_maxima(rows, ppp),
+            IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
+            RECORD=error is not None,
+            STAGES=stages,
+            num_warps=NUM_WARPS,
+            **pdl_options(pdl),
+        )
         return out
     interpreter = os.environ.get("TRITON_INTERPRET") == "1"
     live = (SLOTS - first_slot) * hs

@@ -167,3 +167,30 @@ def test_pipe_rate_loops_are_the_instruction_under_test():
     for step, op in expect.items():
         mix = {name: int(n) for name, n in (item.split() for item in loops[step].split(", "))}
         assert mix.get(op, 0) >= 0.9 * sum(mix.values()), (step, mix)
+
+
+@pytest.mark.parametrize("key_format", ["fp8", "bf16"])
+@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 7), (4, 4), (4, 0), (8, 0)])
+def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first_slot, tmp_path):
+    """The MSA format's mma scorer compiles for sm_90 at every N a decode launches (8:
+    mma.sync; 16, 32, 64: wgmma), as launched (its ring depth, the grid's largest programs),
+    spills nothing, and moves every key byte once by cp.async: a thread copies its 32 or 64
+    bytes of each 64-token half-block's tokens (two per warp lane pair) in 16-byte pieces,
+    nothing more (the GPU tests hold its scores to the reference's)."""
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    dump = tmp_path / "msa.sass"
+    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
+    cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    usage = done.stdout.splitlines()[0]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
+    from fast.tools.sass import instruction_mix
+
+    rows = mma_rows((8 - first_slot) * hs)
+    mix = instruction_mix(dump.read_text())
+    assert mix["HMMA" if rows == 8 else "HGMMA"] > 0, mix
+    copies_a_half = 4 if key_format == "fp8" else 8  # 64 / 128 bytes a thread, 16 a copy
+    assert mix["LDGSTS"] == 2 * long_row_pages(rows) * copies_a_half, mix

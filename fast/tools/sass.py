@@ -18,6 +18,7 @@ import re
 import subprocess
 import tempfile
 
+import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -27,6 +28,7 @@ from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_k
 from ..kernels.guards import table_bounds_kernel
 from ..kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
 from ..kernels.msa_scorer import msa_score_kernel
+from ..kernels.msa_scorer_mma import msa_score_kernel_mma
 from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from ..kernels.page_maxima import partial_maxima
 from ..kernels.scorer_prmt import score_kernel_prmt
@@ -39,6 +41,7 @@ from ..kernels.scorer_wgmma import (
     score_kernel_wgmma,
 )
 from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
+from ..msa_scorer import ring_stages
 from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from ..select.warp_ptx import warp_asm_options
 from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
@@ -88,7 +91,8 @@ def scorer_sass(
     pdl: bool = False,
     lines: bool = False,
 ) -> tuple[str, str]:
-    """(resource line, SASS text) of scorer ``kernel`` ("wgmma" or "prmt") compiled for sm_90
+    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
+    mma kernel "msa-fp8" / "msa-bf16") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
     pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait;
@@ -96,7 +100,27 @@ def scorer_sass(
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
-    if kernel == "wgmma":
+    if kernel.startswith("msa-"):
+        rows = mma_rows(live)
+        ppp = pages or long_row_pages(rows)
+        raw = "*u8" if kernel == "msa-fp8" else "*i16"
+        names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
+        types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
+        signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or".split(), types))
+        constexprs = common | {
+            "ROWS": rows,
+            "PPP": ppp,
+            "PARTS": partial_maxima(rows, ppp),
+            "IS_FP8": kernel == "msa-fp8",
+            "RECORD": True,
+            "STAGES": ring_stages(torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16, ppp),
+        }
+        signature |= {k: "constexpr" for k in constexprs}
+        src = GluonASTSource(
+            fn=msa_score_kernel_mma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
+        )
+        num_warps = 4
+    elif kernel == "wgmma":
         rows = mma_rows(live)
         ppp = pages or long_row_pages(rows)
         constexprs = common | {
@@ -477,7 +501,7 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
-    parser.add_argument("--kernel", choices=("wgmma", "prmt"), default="wgmma")
+    parser.add_argument("--kernel", choices=("wgmma", "prmt", "msa-fp8", "msa-bf16"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)
     parser.add_argument("--first-slot", type=int, default=0, help="the first slot scored (7: a query_len 1 step)")
     parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")

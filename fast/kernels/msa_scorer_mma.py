@@ -1,0 +1,318 @@
+"""The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: each thread
+copies the key bytes of its own MMA fragment into a shared-memory ring with ``cp.async``,
+reads them back and widens them in registers (Gluon); the block maxima stay per thread
+until the program's end.
+
+Why: the ``tl.dot`` scorer (``msa_scorer.py``, the interpreter's) hands the compiler a
+converted [128, 128] tile that it stages through shared memory, and reduces each block's
+maximum across warps; for E4M3 that costs a third or more of the read ceiling. Loading the
+fragments straight into registers instead (one block ahead) leaves the loads' timing to
+ptxas, which at N 32 issues the next block's loads only after the current block's MMA (the
+registers are taken): a memory latency a block. The ring's copies hold no registers, so
+STAGES - 1 half-blocks stay in flight whatever the MMA does (fast/tools/PERF.md).
+
+The trick: the dot product's dimension may be permuted if q is permuted alike. Logical
+column k = 16 kb + 8 h + 2 tig + e (the A fragment's: lane (gid, tig), k block kb, half h,
+element e) reads physical dimension ``d(k) = 32 tig + 4 kb + 2 h + e``, so a lane's 32
+columns of a token are 32 contiguous elements: 32 bytes of E4M3 (two 16-byte copies) or 64
+of BF16 (four). Each thread reads back only what it copied. E4M3 widens to f16 exactly
+(``cvt``, two elements an instruction); BF16 is the operand as it lies. q is gathered in
+the same order into a [128, ROWS] shared tile once per program, after the first copies
+went out.
+
+Up to 8 rows the MMA is the per-warp ``mma.sync`` m16n8k16 (q in registers); above, wgmma
+with A from registers and q from shared memory, N the rows rounded up to a power of two.
+Each 64-token half-block gives a thread tokens 16 w + gid and 16 w + gid + 8 of every row;
+the token-level mask applies only on a block some scored row cannot see whole (the last one
+or two of a request). The page maxima are ``page_maxima.py``'s. Scores equal the
+reference's within its fp32-order bound and, on exact-arithmetic inputs, bit for bit.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.language.extra.cuda import gdc_wait
+
+from indexer_constants import HEAD_DIM, PAGE
+
+from .guards import BAD_BLOCK, ERR_INPUT
+from .page_maxima import alloc_maxima, column_maxima, maxima_layout, pad_pow2, page_max
+
+_PAGE = gl.constexpr(PAGE)
+_DIM = gl.constexpr(HEAD_DIM)
+_ERR_INPUT = gl.constexpr(ERR_INPUT)
+_BAD_BLOCK = gl.constexpr(BAD_BLOCK)
+_NONE = gl.constexpr(2**31 - 1)
+
+# A 64-token half-block's raw elements [64 tokens, 128 physical dimensions]: lane (gid, tig)
+# of warp w holds tokens 16 w + gid and 16 w + gid + 8, dimensions [32 tig, 32 tig + 32) in
+# its registers in order (so each thread's copies and reads are 16 bytes wide).
+_RAW_LAYOUT = gl.constexpr(
+    gl.DistributedLinearLayout(
+        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
+        lane_bases=[[0, 32], [0, 64], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[64, 128],
+    )
+)
+
+
+@gluon.jit
+def _is_nan(raw, IS_FP8: gl.constexpr):
+    """True where raw E4M3 bytes (uint8) or BF16 bits (int16) are a NaN (the all-ones
+    "unwritten" element is one)."""
+    b = raw.to(gl.int32)
+    if IS_FP8:
+        nan = (b & 0x7F) == 0x7F
+    else:
+        nan = (b & 0x7FFF) > 0x7F80
+    return nan
+
+
+@gluon.jit
+def _operand(raw, IS_FP8: gl.constexpr):
+    """The 16-bit MMA operand of raw elements: f16 from E4M3 (exact), BF16 as it lies."""
+    if IS_FP8:
+        x = raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
+    else:
+        x = raw.to(gl.bfloat16, bitcast=True)
+    return x
+
+
+@gluon.jit
+def _copy_half(ring, slot, k_ptr, block, h: gl.constexpr):
+    """Start copying tokens [64 h, 64 h + 64) of block ``block`` (int64) into ring slot
+    ``slot``: each thread copies the bytes it will read back (_RAW_LAYOUT)."""
+    t = 64 * h + gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
+    async_copy.async_copy_global_to_shared(
+        ring.index(slot), k_ptr + block * (_PAGE * _DIM) + t[:, None] * _DIM + d[None, :]
+    )
+
+
+@gluon.jit
+def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
+    """The A operand [64, 128] in logical column order from a half-block's raw elements:
+    physical d = 32 tig + 4 kb + 2 h + e is logical k = 16 kb + 8 h + 2 tig + e (no data
+    moves between threads: checked at compile time)."""
+    x = _operand(raw, IS_FP8)
+    x = gl.reshape(x, [64, 4, 8, 2, 2])  # [T, tig, kb, h, e]
+    x = gl.permute(x, (0, 2, 3, 1, 4))  # [T, kb, h, tig, e]
+    x = gl.reshape(x, [64, 128])
+    return gl.convert_layout(x, a_layout, assert_trivial=True)
+
+
+@gluon.jit
+def _half_max(
+    raw,
+    k: gl.constexpr,
+    first,
+    stride,
+    offset,
+    pos_low,
+    pos,
+    t_idx,
+    run,
+    maxima,
+    q_op,
+    zeros,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PARTS: gl.constexpr,
+    IS_FP8: gl.constexpr,
+):
+    """Half-block k of the program (page k // 2, tokens 64 (k % 2) ..): its MMA, the token
+    mask where some scored row sees only part of the block, folded into the page maxima."""
+    g = (first + k // 2) * stride + offset
+    a = _fragment(raw, a_layout, IS_FP8)
+    if ROWS == 8:
+        acc = mma_v2(a, q_op, zeros)
+    else:
+        acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+    if (g + 1) * _PAGE - 1 > pos_low:
+        visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
+        acc = gl.where(visible, acc, float("-inf"))
+    return page_max(acc, run, k % 2, maxima, k // 2, PARTS)
+
+
+@gluon.jit
+def _column(bt_row, j, stride, offset, width, computed, num_blocks):
+    """Column j's (global block g, computed, id in range, id): computed when ``j < width``
+    and ``g < computed``; a column not computed or out of range reads block 0 instead
+    (valid memory; its scores are never stored, or stored as NaN)."""
+    g = j * stride + offset
+    col = (j < width) & (g < computed)
+    block = gl.load(bt_row + j, mask=col, other=0)
+    ok = col & (block >= 0) & (block < num_blocks)
+    return g, ok, block
+
+
+@gluon.jit
+def msa_score_kernel_mma(
+    q_ptr,  # [.., B, 8, HS, 128] query tile, raw: E4M3 bytes (uint8) or BF16 bits (int16)
+    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_set_stride,  # elements between tile sets (0 where there is one)
+    k_ptr,  # [N, 128, 128] keys, raw as the tile
+    bt_ptr,  # int32 [B, W]: column j holds global block j * stride + offset
+    lens_ptr,  # int32 [B]
+    out_ptr,  # fp32 [B, 8 * HS, W]
+    err_ptr,  # int32 [5]: the error record (RECORD)
+    width,
+    num_pages,  # P: blocks the full table holds
+    stride,
+    offset,
+    num_blocks,  # N: ids outside [0, N) are never loaded
+    stride_bt,
+    stride_ob,
+    stride_or,
+    HS: gl.constexpr,
+    SLOT0: gl.constexpr,  # the first slot scored: rows of earlier slots are left alone
+    ROWS: gl.constexpr,  # the MMA's N: 8 (mma.sync), else a power of two >= 16 (wgmma)
+    PPP: gl.constexpr,  # columns (blocks) per program
+    PARTS: gl.constexpr,  # partial maxima per block and row (scorer_wgmma.partial_maxima)
+    IS_FP8: gl.constexpr,
+    RECORD: gl.constexpr,  # record a bad id in err_ptr's record
+    PDL: gl.constexpr,
+    STAGES: gl.constexpr,  # half-blocks in the cp.async ring (2 .. 2 PPP + 1): STAGES - 1 in flight
+):
+    """Program (b, c) scores columns ``c * PPP ..`` of request b as ``msa_score_kernel``
+    does (the same contract, docs/DESIGN.md §10.2): a column is computed when its global
+    block ``g < min(ceil(len / 128), P)`` and stored in a row when also ``128 g <= pos``;
+    a row whose query holds a NaN element stores NaN; an id outside ``[0, N)`` is never
+    loaded, its stored rows get NaN and with RECORD the program's first is recorded (the
+    first writer of the record wins)."""
+    if ROWS == 8:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
+    else:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+    if IS_FP8:
+        op_dtype: gl.constexpr = gl.float16
+    else:
+        op_dtype: gl.constexpr = gl.bfloat16
+    b = gl.program_id(0)
+    first = gl.program_id(1) * PPP
+    if PDL:
+        gdc_wait()
+    length = gl.load(lens_ptr + b)
+    computed = gl.minimum((gl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)
+    if first * stride + offset < computed:
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        # the first half-blocks go out before q is gathered
+        VEC: gl.constexpr = 128 // k_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes
+        ring = gl.allocate_shared_memory(
+            k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(VEC, 1, 8, [1, 0])
+        )
+        for s in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
+            gs, oks, blocks = _column(bt_row, first + s // 2, stride, offset, width, computed, num_blocks)
+            _copy_half(ring, s, k_ptr, gl.where(oks, blocks, 0).to(gl.int64), s % 2)
+            async_copy.commit_group()
+        # q in logical column order (row k of the tile is dimension d(k)); a row holding a
+        # NaN element is unwritten: zeroed here, NaN at the store
+        q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
+        k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
+        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
+        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
+        tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
+        q_raw = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
+        q_nan = _is_nan(q_raw, IS_FP8)
+        q_op16 = _operand(gl.where(q_nan, 0, q_raw), IS_FP8)
+        q_smem = gl.allocate_shared_memory(
+            op_dtype, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], op_dtype), q_op16
+        )
+        fence_async_shared()
+        gl.thread_barrier()
+        if ROWS == 8:
+            q_op = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+        else:
+            q_op = q_smem
+        # the lowest position of a scored row: a block that ends at or before it needs no mask
+        pos_low = length - 8 + SLOT0
+        t_idx = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+        pos = length - 8 + (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS
+        PAD: gl.constexpr = pad_pow2(PPP)
+        maxima = alloc_maxima(PAD, PARTS, ROWS)
+        zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
+        run = zeros
+        # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1
+        # goes out as k is read (every step commits a group, empty at the tail, so
+        # "STAGES - 2 groups pending" always means half k has landed)
+        for k in gl.static_range(2 * PPP - (STAGES - 1)):
+            async_copy.wait_group(STAGES - 2)
+            raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
+            ga, oka, blocka = _column(
+                bt_row, first + (k + STAGES - 1) // 2, stride, offset, width, computed, num_blocks
+            )
+            _copy_half(
+                ring, (k + STAGES - 1) % STAGES, k_ptr, gl.where(oka, blocka, 0).to(gl.int64), (k + STAGES - 1) % 2
+            )
+            async_copy.commit_group()
+            run = _half_max(
+                raw,
+                k,
+                first,
+                stride,
+                offset,
+                pos_low,
+                pos,
+                t_idx,
+                run,
+                maxima,
+                q_op,
+                zeros,
+                a_layout,
+                ROWS,
+                PARTS,
+                IS_FP8,
+            )
+        for k in gl.static_range(2 * PPP - (STAGES - 1), 2 * PPP):
+            async_copy.wait_group(STAGES - 2)
+            raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
+            async_copy.commit_group()
+            run = _half_max(
+                raw,
+                k,
+                first,
+                stride,
+                offset,
+                pos_low,
+                pos,
+                t_idx,
+                run,
+                maxima,
+                q_op,
+                zeros,
+                a_layout,
+                ROWS,
+                PARTS,
+                IS_FP8,
+            )
+
+        gl.thread_barrier()
+        best = column_maxima(maxima, PAD, PARTS, ROWS)  # [PAD columns, ROWS]
+        tops: gl.constexpr = gl.SliceLayout(1, maxima_layout(ROWS, PARTS))
+        r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))
+        col = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
+        j = first + col
+        gj = j * stride + offset
+        live = (j < width) & (gj < computed) & (col < PPP)
+        ids = gl.load(bt_row + j, mask=live, other=0)
+        bad = live & ((ids < 0) | (ids >= num_blocks))
+        q_unwritten = gl.convert_layout(gl.max(q_nan.to(gl.int32), axis=0), gl.SliceLayout(0, tops)) > 0
+        best = gl.where(bad[:, None] | q_unwritten[None, :], float("nan"), best)
+        row_pos = length - 8 + r // HS
+        keep = live[:, None] & (r < 8 * HS)[None, :] & (gj[:, None] * _PAGE <= row_pos[None, :])
+        out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
+        gl.store(out_row[None, :] + j[:, None], best, mask=keep)
+        if RECORD:
+            column = gl.min(gl.where(bad, j, _NONE), axis=0)
+            if column < _NONE:
+                value = gl.min(gl.where(j == column, ids, _NONE), axis=0)
+                if gl.atomic_cas(err_ptr + _ERR_INPUT, 0, _BAD_BLOCK) == 0:
+                    gl.store(err_ptr + _ERR_INPUT + 1, b)
+                    gl.store(err_ptr + _ERR_INPUT + 2, column)
+                    gl.store(err_ptr + _ERR_INPUT + 3, value)
