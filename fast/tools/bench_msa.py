@@ -17,8 +17,9 @@ from ..msa_stock import MsaStockDecode
 from ..symm import SingleRankSymmetric
 from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us
 
-# (Hs, slots scored) as the NVFP4 grid's: the stock rank's head, CP's four heads at q 8 and 1.
-MSA_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 1))
+# (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
+# and 1.
+MSA_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 4), (4, 1))
 MSA_CONTEXTS = (131072, 1048576)  # tokens: where the scorer is the decode's time
 MSA_WINDOWS = {"init_blocks": 1, "local_blocks": 2}  # the benchmark's forced windows
 
