@@ -1,6 +1,7 @@
-"""``FAST_COMPILE_ONLY=1 python -m fast.tools.sass [--kernel wgmma|prmt] [--hs N] [--first-slot S]
-[--tokens T] [--pages P]``: compile a GPU scorer for sm_90 on any machine (the Triton wheel carries ptxas
-and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
+"""``FAST_COMPILE_ONLY=1 python -m fast.tools.sass [--kernel wgmma|prmt|msa-fp8|msa-bf16] [--hs N]
+[--first-slot S] [--tokens T] [--pages P]``: compile a GPU scorer (the NVFP4 ones, or the MSA
+format's mma kernel as ``score_blocks`` launches it) for sm_90 on any machine (the Triton
+wheel carries ptxas and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
 device time. ``--dump FILE`` writes the whole SASS. ``--kernels``: compile the decode's
 other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
