@@ -238,40 +238,21 @@ def msa_score_kernel_mma(
         maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = zeros
-        # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1
-        # goes out as k is read (every step commits a group, empty at the tail, so
+        # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
+        # as k is read (every step commits a group, empty past the program's last half, so
         # "STAGES - 2 groups pending" always means half k has landed)
-        for k in gl.static_range(2 * PPP - (STAGES - 1)):
+        for k in gl.static_range(2 * PPP):
             async_copy.wait_group(STAGES - 2)
             raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
-            ga, oka, blocka = _column(
-                bt_row, first + (k + STAGES - 1) // 2, stride, offset, width, computed, num_blocks
-            )
-            _copy_half(
-                ring, (k + STAGES - 1) % STAGES, k_ptr, gl.where(oka, blocka, 0).to(gl.int64), (k + STAGES - 1) % 2
-            )
-            async_copy.commit_group()
-            run = _half_max(
-                raw,
-                k,
-                first,
-                stride,
-                offset,
-                pos_low,
-                pos,
-                t_idx,
-                run,
-                maxima,
-                q_op,
-                zeros,
-                a_layout,
-                ROWS,
-                PARTS,
-                IS_FP8,
-            )
-        for k in gl.static_range(2 * PPP - (STAGES - 1), 2 * PPP):
-            async_copy.wait_group(STAGES - 2)
-            raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
+            # a compile-time test: kept inline, as a name assigned in the loop would be a run-time
+            # value, and a cp.async under a run-time branch fails Triton's lowering
+            if k + STAGES - 1 < 2 * PPP:
+                gn, okn, blockn = _column(
+                    bt_row, first + (k + STAGES - 1) // 2, stride, offset, width, computed, num_blocks
+                )
+                _copy_half(
+                    ring, (k + STAGES - 1) % STAGES, k_ptr, gl.where(okn, blockn, 0).to(gl.int64), (k + STAGES - 1) % 2
+                )
             async_copy.commit_group()
             run = _half_max(
                 raw,
