@@ -145,44 +145,8 @@ def score_blocks(
                 raise ValueError(f"{name}: sets the mma kernel's launch, not the {kernel} kernel's")
     if batch == 0 or width == 0:
         return out
-    if kernel == "mma":
-        rows = mma_rows((SLOTS - first_slot) * hs)
-        ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
-        stages = min(stages, 2 * ppp + 1) if stages else ring_stages(k_cache.dtype, ppp)
-        msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
-            raw_view(q_tile),
-            first_set(str(device)) if q_sel is None else q_sel,
-            q_set_stride,
-            raw_view(k_cache),
-            block_table,
-            lens,
-            out,
-            no_record(str(device)) if error is None else error,
-            width,
-            num_pages,
-            stride,
-            offset,
-            k_cache.shape[0],
-            block_table.stride(0),
-            out.stride(0),
-            out.stride(1),
-            HS=hs,
-            SLOT0=first_slot,
-            ROWS=rows,
-            PPP=ppp,
-            PARTS=partial_maxima(rows, ppp),
-            IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
-            RECORD=error is not None,
-            STAGES=stages,
-            num_warps=NUM_WARPS,
-            **pdl_options(pdl),
-        )
-        return out
-    interpreter = os.environ.get("TRITON_INTERPRET") == "1"
-    live = (SLOTS - first_slot) * hs
-    cols = COLS_PER_PROGRAM[k_cache.dtype]
-    grid = (batch, triton.cdiv(width, cols))
-    msa_score_kernel[grid](
+    # both kernels take the same operands; the launch shape and its constants differ
+    args = (
         raw_view(q_tile),
         first_set(str(device)) if q_sel is None else q_sel,
         q_set_stride,
@@ -199,15 +163,31 @@ def score_blocks(
         block_table.stride(0),
         out.stride(0),
         out.stride(1),
+    )
+    common = dict(
         HS=hs,
         SLOT0=first_slot,
-        ROWS=max(16, triton.next_power_of_2(live)),
-        COLS=cols,
         IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
-        INTERPRETER=interpreter,
         RECORD=error is not None,
-        STAGES=STAGES[k_cache.dtype],
         num_warps=NUM_WARPS,
         **pdl_options(pdl),
+    )
+    if kernel == "mma":
+        rows = mma_rows((SLOTS - first_slot) * hs)
+        ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
+        stages = min(stages, 2 * ppp + 1) if stages else ring_stages(k_cache.dtype, ppp)
+        msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
+            *args, ROWS=rows, PPP=ppp, PARTS=partial_maxima(rows, ppp), STAGES=stages, **common
+        )
+        return out
+    live = (SLOTS - first_slot) * hs
+    cols = COLS_PER_PROGRAM[k_cache.dtype]
+    msa_score_kernel[(batch, triton.cdiv(width, cols))](
+        *args,
+        ROWS=max(16, triton.next_power_of_2(live)),
+        COLS=cols,
+        INTERPRETER=os.environ.get("TRITON_INTERPRET") == "1",
+        STAGES=STAGES[k_cache.dtype],
+        **common,
     )
     return out
