@@ -443,5 +443,7 @@ def score_kernel_wgmma(
                     gl.store(err_ptr + _ERR_INPUT + 1, b)
                     gl.store(err_ptr + _ERR_INPUT + 2, column)
                     gl.store(err_ptr + _ERR_INPUT + 3, value)
+        # one masked store of the program's [PAD, ROWS] (a thread per row would run every
+        # page's loop in all 4 warps at ROWS <= 32)
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         gl.store(out_row[None, :] + j[:, None], best, mask=keep)
