@@ -61,6 +61,8 @@ _RAW_LAYOUT = gl.constexpr(
 )
 
 
+# _is_nan and _operand are msa_scorer.py's is_nan_element and to_operand (less the
+# interpreter's branch) again: a Gluon kernel cannot call triton.jit helpers.
 @gluon.jit
 def _is_nan(raw, IS_FP8: gl.constexpr):
     """True where raw E4M3 bytes (uint8) or BF16 bits (int16) are a NaN (the all-ones
@@ -84,14 +86,21 @@ def _operand(raw, IS_FP8: gl.constexpr):
 
 
 @gluon.jit
-def _copy_half(ring, slot, k_ptr, block, h: gl.constexpr):
-    """Start copying tokens [64 h, 64 h + 64) of block ``block`` (int64) into ring slot
-    ``slot``: each thread copies the bytes it will read back (_RAW_LAYOUT)."""
-    t = 64 * h + gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
+def _copy_half(
+    ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks
+):
+    """Start copying the program's half-block n (tokens [64 (n % 2), + 64) of its column
+    first + n // 2) into ring slot n % STAGES: each thread copies the bytes it will read
+    back (_RAW_LAYOUT). A column not computed, or whose id is outside ``[0, N)``, copies
+    block 0 instead (valid memory; its scores are never stored, or stored as NaN)."""
+    j = first + n // 2
+    col = (j < width) & (j * stride + offset < computed)
+    block = gl.load(bt_row + j, mask=col, other=0)
+    ok = col & (block >= 0) & (block < num_blocks)
+    t = 64 * (n % 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
-    async_copy.async_copy_global_to_shared(
-        ring.index(slot), k_ptr + block * (_PAGE * _DIM) + t[:, None] * _DIM + d[None, :]
-    )
+    page = k_ptr + gl.where(ok, block, 0).to(gl.int64) * (_PAGE * _DIM)
+    async_copy.async_copy_global_to_shared(ring.index(n % STAGES), page + t[:, None] * _DIM + d[None, :])
 
 
 @gluon.jit
@@ -104,51 +113,6 @@ def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
     x = gl.permute(x, (0, 2, 3, 1, 4))  # [T, kb, h, tig, e]
     x = gl.reshape(x, [64, 128])
     return gl.convert_layout(x, a_layout, assert_trivial=True)
-
-
-@gluon.jit
-def _half_max(
-    raw,
-    k: gl.constexpr,
-    first,
-    stride,
-    offset,
-    pos_low,
-    pos,
-    t_idx,
-    run,
-    maxima,
-    q_op,
-    zeros,
-    a_layout: gl.constexpr,
-    ROWS: gl.constexpr,
-    PARTS: gl.constexpr,
-    IS_FP8: gl.constexpr,
-):
-    """Half-block k of the program (page k // 2, tokens 64 (k % 2) ..): its MMA, the token
-    mask where some scored row sees only part of the block, folded into the page maxima."""
-    g = (first + k // 2) * stride + offset
-    a = _fragment(raw, a_layout, IS_FP8)
-    if ROWS == 8:
-        acc = mma_v2(a, q_op, zeros)
-    else:
-        acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
-    if (g + 1) * _PAGE - 1 > pos_low:
-        visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
-        acc = gl.where(visible, acc, float("-inf"))
-    return page_max(acc, run, k % 2, maxima, k // 2, PARTS)
-
-
-@gluon.jit
-def _column(bt_row, j, stride, offset, width, computed, num_blocks):
-    """Column j's (global block g, computed, id in range, id): computed when ``j < width``
-    and ``g < computed``; a column not computed or out of range reads block 0 instead
-    (valid memory; its scores are never stored, or stored as NaN)."""
-    g = j * stride + offset
-    col = (j < width) & (g < computed)
-    block = gl.load(bt_row + j, mask=col, other=0)
-    ok = col & (block >= 0) & (block < num_blocks)
-    return g, ok, block
 
 
 @gluon.jit
@@ -207,9 +171,8 @@ def msa_score_kernel_mma(
         ring = gl.allocate_shared_memory(
             k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(VEC, 1, 8, [1, 0])
         )
-        for s in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-            gs, oks, blocks = _column(bt_row, first + s // 2, stride, offset, width, computed, num_blocks)
-            _copy_half(ring, s, k_ptr, gl.where(oks, blocks, 0).to(gl.int64), s % 2)
+        for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
+            _copy_half(ring, n, STAGES, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks)
             async_copy.commit_group()
         # q in logical column order (row k of the tile is dimension d(k)); a row holding a
         # NaN element is unwritten: zeroed here, NaN at the store
@@ -247,31 +210,21 @@ def msa_score_kernel_mma(
             # a compile-time test: kept inline, as a name assigned in the loop would be a run-time
             # value, and a cp.async under a run-time branch fails Triton's lowering
             if k + STAGES - 1 < 2 * PPP:
-                gn, okn, blockn = _column(
-                    bt_row, first + (k + STAGES - 1) // 2, stride, offset, width, computed, num_blocks
-                )
                 _copy_half(
-                    ring, (k + STAGES - 1) % STAGES, k_ptr, gl.where(okn, blockn, 0).to(gl.int64), (k + STAGES - 1) % 2
+                    ring, k + STAGES - 1, STAGES, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks
                 )
             async_copy.commit_group()
-            run = _half_max(
-                raw,
-                k,
-                first,
-                stride,
-                offset,
-                pos_low,
-                pos,
-                t_idx,
-                run,
-                maxima,
-                q_op,
-                zeros,
-                a_layout,
-                ROWS,
-                PARTS,
-                IS_FP8,
-            )
+            # its MMA; the token mask where some scored row sees only part of the block
+            g = (first + k // 2) * stride + offset
+            a = _fragment(raw, a_layout, IS_FP8)
+            if ROWS == 8:
+                acc = mma_v2(a, q_op, zeros)
+            else:
+                acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+            if (g + 1) * _PAGE - 1 > pos_low:
+                visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
+                acc = gl.where(visible, acc, float("-inf"))
+            run = page_max(acc, run, k % 2, maxima, k // 2, PARTS)
 
         gl.thread_barrier()
         best = column_maxima(maxima, PAD, PARTS, ROWS)  # [PAD columns, ROWS]
