@@ -43,10 +43,10 @@ GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
 RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
 
 
-def ring_stages(dtype: torch.dtype, ppp: int) -> int:
-    """The mma kernel's ring depth for ``ppp`` columns per program (no deeper than the
-    program's 2 ppp half-blocks need)."""
-    return min(RING_STAGES[dtype], 2 * ppp + 1)
+def ring_stages(dtype: torch.dtype, ppp: int, stages: int | None = None) -> int:
+    """The mma kernel's ring depth for ``ppp`` columns per program: ``stages`` (default
+    ``RING_STAGES``'s), no deeper than the program's 2 ppp half-blocks need."""
+    return min(stages or RING_STAGES[dtype], 2 * ppp + 1)
 
 
 def check_keys(name: str, x, dtype=None) -> None:
@@ -175,7 +175,7 @@ def score_blocks(
     if kernel == "mma":
         rows = mma_rows((SLOTS - first_slot) * hs)
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
-        stages = min(stages, 2 * ppp + 1) if stages else ring_stages(k_cache.dtype, ppp)
+        stages = ring_stages(k_cache.dtype, ppp, stages)
         msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
             *args, ROWS=rows, PPP=ppp, PARTS=partial_maxima(rows, ppp), STAGES=stages, **common
         )
