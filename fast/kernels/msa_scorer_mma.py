@@ -35,11 +35,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
 from triton.language.extra.cuda import gdc_wait
+from triton.runtime.jit import constexpr_function
 
 from indexer_constants import HEAD_DIM, PAGE
 
 from .guards import BAD_BLOCK, ERR_INPUT
-from .page_maxima import alloc_maxima, column_maxima, maxima_layout, pad_pow2, page_max
+from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 
 _PAGE = gl.constexpr(PAGE)
 _DIM = gl.constexpr(HEAD_DIM)
@@ -85,21 +86,29 @@ def _operand(raw, IS_FP8: gl.constexpr):
     return x
 
 
+@constexpr_function
+def _ids_layout(pad):
+    """The program's block ids [pad], every thread holding all of them (lanes and warps
+    repeat): picking column n's id is then a register, no load in the loop."""
+    return gl.DistributedLinearLayout(
+        reg_bases=[[1 << i] for i in range(pad.bit_length() - 1)],
+        lane_bases=[[0]] * 5,
+        warp_bases=[[0]] * 2,
+        block_bases=[],
+        shape=[pad],
+    )
+
+
 @gluon.jit
-def _copy_half(
-    ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks
-):
+def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
     """Start copying the program's half-block n (tokens [64 (n % 2), + 64) of its column
-    first + n // 2) into ring slot n % STAGES: each thread copies the bytes it will read
-    back (_RAW_LAYOUT). A column not computed, or whose id is outside ``[0, N)``, copies
-    block 0 instead (valid memory; its scores are never stored, or stored as NaN)."""
-    j = first + n // 2
-    col = (j < width) & (j * stride + offset < computed)
-    block = gl.load(bt_row + j, mask=col, other=0)
-    ok = col & (block >= 0) & (block < num_blocks)
+    n // 2, whose block is ``blocks[n // 2]``) into ring slot n % STAGES: each thread copies
+    the bytes it will read back (_RAW_LAYOUT)."""
+    cols = gl.arange(0, blocks.shape[0], layout=blocks.type.layout)
+    block = gl.sum(gl.where(cols == n // 2, blocks, 0), axis=0)
     t = 64 * (n % 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
-    page = k_ptr + gl.where(ok, block, 0).to(gl.int64) * (_PAGE * _DIM)
+    page = k_ptr + block.to(gl.int64) * (_PAGE * _DIM)
     async_copy.async_copy_global_to_shared(ring.index(n % STAGES), page + t[:, None] * _DIM + d[None, :])
 
 
@@ -166,13 +175,21 @@ def msa_score_kernel_mma(
     computed = gl.minimum((gl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)
     if first * stride + offset < computed:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        PAD: gl.constexpr = pad_pow2(PPP)
+        # the block each column copies, loaded once: a column not computed, or whose id is
+        # outside [0, N), copies block 0 (valid memory; its scores are never stored, or
+        # stored as NaN)
+        cols = gl.arange(0, PAD, layout=_ids_layout(PAD))
+        readable = (first + cols < width) & ((first + cols) * stride + offset < computed) & (cols < PPP)
+        ids = gl.load(bt_row + first + cols, mask=readable, other=0)
+        blocks = gl.where(readable & (ids >= 0) & (ids < num_blocks), ids, 0)
         # the first half-blocks go out before q is gathered
         VEC: gl.constexpr = 128 // k_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes
         ring = gl.allocate_shared_memory(
             k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(VEC, 1, 8, [1, 0])
         )
         for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-            _copy_half(ring, n, STAGES, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks)
+            _copy_half(ring, n, STAGES, k_ptr, blocks)
             async_copy.commit_group()
         # q in logical column order (row k of the tile is dimension d(k)); a row holding a
         # NaN element is unwritten: zeroed here, NaN at the store
@@ -184,6 +201,8 @@ def msa_score_kernel_mma(
         q_raw = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
         q_nan = _is_nan(q_raw, IS_FP8)
         q_op16 = _operand(gl.where(q_nan, 0, q_raw), IS_FP8)
+        # reduced before the loop: q_nan is ROWS values a thread
+        q_unwritten = gl.max(q_nan.to(gl.int32), axis=0)
         q_smem = gl.allocate_shared_memory(
             op_dtype, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], op_dtype), q_op16
         )
@@ -195,12 +214,9 @@ def msa_score_kernel_mma(
             q_op = q_smem
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = length - 8 + SLOT0
-        t_idx = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
-        pos = length - 8 + (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS
-        PAD: gl.constexpr = pad_pow2(PPP)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
-        run = zeros
+        run = own_tokens_max(zeros)
         # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
         # as k is read (every step commits a group, empty past the program's last half, so
         # "STAGES - 2 groups pending" always means half k has landed)
@@ -210,9 +226,7 @@ def msa_score_kernel_mma(
             # a compile-time test: kept inline, as a name assigned in the loop would be a run-time
             # value, and a cp.async under a run-time branch fails Triton's lowering
             if k + STAGES - 1 < 2 * PPP:
-                _copy_half(
-                    ring, k + STAGES - 1, STAGES, k_ptr, bt_row, first, stride, offset, width, computed, num_blocks
-                )
+                _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
             async_copy.commit_group()
             # its MMA; the token mask where some scored row sees only part of the block
             g = (first + k // 2) * stride + offset
@@ -222,6 +236,9 @@ def msa_score_kernel_mma(
             else:
                 acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
             if (g + 1) * _PAGE - 1 > pos_low:
+                # built here, not before the loop: ROWS positions a thread would hold throughout
+                t_idx = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+                pos = length - 8 + (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS
                 visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
                 acc = gl.where(visible, acc, float("-inf"))
             run = page_max(acc, run, k % 2, maxima, k // 2, PARTS)
@@ -236,7 +253,7 @@ def msa_score_kernel_mma(
         live = (j < width) & (gj < computed) & (col < PPP)
         ids = gl.load(bt_row + j, mask=live, other=0)
         bad = live & ((ids < 0) | (ids >= num_blocks))
-        q_unwritten = gl.convert_layout(gl.max(q_nan.to(gl.int32), axis=0), gl.SliceLayout(0, tops)) > 0
+        q_unwritten = gl.convert_layout(q_unwritten, gl.SliceLayout(0, tops)) > 0
         best = gl.where(bad[:, None] | q_unwritten[None, :], float("nan"), best)
         row_pos = length - 8 + r // HS
         keep = live[:, None] & (r < 8 * HS)[None, :] & (gj[:, None] * _PAGE <= row_pos[None, :])

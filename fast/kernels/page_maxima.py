@@ -48,20 +48,30 @@ def maxima_layout(rows, parts):
 
 
 @gluon.jit
+def own_tokens_max(acc):
+    """[4, 8, N]: the maximum of each thread's two tokens (16 w + g and 16 w + g + 8) of an
+    [64, N] accumulator, folded at once so a page's running maximum holds half the registers
+    (and ``page_max``'s initial ``best``, from zeros)."""
+    return gl.max(gl.reshape(acc, [4, 2, 8, acc.shape[1]]), axis=1)
+
+
+@gluon.jit
 def page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
-    """Fold 64-token block H (0 or 1) of page i into the page's running maximum ``best``
-    (fp32 [64, N] in the MMA's layout); after block 1, store PARTS partial maxima of every
+    """Fold 64-token block H (0 or 1) of page i (``acc``: fp32 [64, N] in the MMA's layout)
+    into the page's running maximum ``best`` (``own_tokens_max``'s [4, 8, N]: block 0
+    overwrites it); after block 1, store PARTS partial maxima of every
     row at ``maxima[i, :PARTS, :]``. At PARTS = 32 each thread's maximum of its two tokens
     is partial maximum 8 w + g and needs no other thread; a smaller PARTS first folds the
     lanes whose g agree modulo PARTS / 4 (shuffles). Returns the running maximum."""
+    own = own_tokens_max(acc)
     if H == 0:
-        best = acc
+        best = own
     else:
-        best = gl.maximum(best, acc)
+        best = gl.maximum(best, own)
         G: gl.constexpr = PARTS // 4  # the g kept apart
-        # rows 16 w + 8 h + (8 / G) a + c: h is the thread's own, a in other lanes
-        part = gl.max(gl.max(gl.reshape(best, [4, 2, 8 // G, G, best.shape[1]]), axis=1), axis=1)
-        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[1]]))
+        # g = (8 / G) a + c: a in other lanes
+        part = gl.max(gl.reshape(best, [4, 8 // G, G, best.shape[2]]), axis=1)
+        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[2]]))
     return best
 
 

@@ -46,7 +46,7 @@ from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
-from .page_maxima import alloc_maxima, column_maxima, maxima_layout, pad_pow2, page_max
+from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -343,7 +343,7 @@ def score_kernel_wgmma(
         PAD: gl.constexpr = pad_pow2(PPP)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
-        run = zeros  # each page's running maximum (its first block overwrites it)
+        run = own_tokens_max(zeros)  # each page's running maximum (its first block overwrites it)
         fold = gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT)  # LOADS_ONLY: what keeps the loads
         # Unrolled at N = 8: the pipeline's blocks then stay in their registers instead of
         # moving one slot on per trip (20 moves a page), and the scale bytes' extraction

@@ -404,7 +404,12 @@ _FUNCTION_PART = {
 }
 # The page maxima's module (kernels/page_maxima.py), by function: the per-page fold is the
 # maximum's, the once-a-program reduction the epilogue's.
-_MAXIMA_PART = {"page_max": "maximum", "column_maxima": "epilogue", "alloc_maxima": "setup"}
+_MAXIMA_PART = {
+    "page_max": "maximum",
+    "own_tokens_max": "maximum",
+    "column_maxima": "epilogue",
+    "alloc_maxima": "setup",
+}
 PARTS = ("loads", "decode", "MMA", "maximum", "setup", "loop", "epilogue", "other")
 _MMA_OPS = {"HMMA", "HGMMA", "WARPGROUP"}
 # The integer / logic and compare / select opcodes, which the ALU pipe issues at half the
