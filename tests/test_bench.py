@@ -251,6 +251,15 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     assert got["MSA"] == (False, "Hs 4 / 8 slots 0.89")  # the bf16 one, judged last
     assert [t["figures"] for t in judge(report)][-2] == "Hs 1 0.93, Hs 4 / 1 slot 0.91"
 
+    # a run that also read each row's bytes alone says so after the figures
+    report["scorer"][0]["same_bytes_read"] = 0.83
+    report["scorer"][1]["same_bytes_read"] = 0.99
+    report["msa_scorer"][3]["same_bytes_read"] = 0.95
+    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    assert got["scorer Hs 1 >= 0.85"] == (True, "0.86-0.90 (a bare read of the same bytes: 0.83-0.99)")
+    assert got["MSA"] == (False, "Hs 4 / 8 slots 0.89 (a bare read of the same bytes: 0.95)")
+    assert got["scorer Hs 4 / 1 slot >= 0.85"] == (True, "0.87")  # its row has no bare read
+
     report["scorer"][2]["of_read_ceiling"] = 0.69
     report["scorer"][8]["of_read_ceiling"] = 0.74
     report["layers"][4]["cp_stages_us"] = 6.0
@@ -316,6 +325,45 @@ def test_gaussian_cache_pool_holds_quantized_keys():
     assert bool(torch.isfinite(dequantize_nvfp4(pool.cache[:4])).all())
     scales = split_pages(pool.cache)[1]
     assert scales.unique().numel() <= 40 and bool((scales < 0x7F).all())
+
+
+def test_same_bytes_section_reads_each_rows_bytes_once_and_prints_them(capsys):
+    """bench.same_bytes_section: one bare read per distinct size of the scorer rows (NVFP4
+    pages of 9216 bytes, MSA blocks of 16 / 32 KB), the best of the read's program shapes,
+    each row's fraction of the ceiling; the report prints it (the interpreter runs the read
+    kernel; a stand-in timer times each size's sets once)."""
+    from fast.backend import default_device
+    from fast.tools import bench, bench_msa, timing
+
+    sizes = []
+
+    def timer(fn, n):
+        for i in range(n):
+            fn(i)
+        sizes.append(n)
+        return 2.0  # µs, every call
+
+    def row(context, batch, **more):
+        return {"context": context, "batch": batch, "hs": 1, "slots": 8, "us": 1.0, "GBps": 1.0} | more
+
+    report = {
+        "ceilings": {"stream_read_GBps": 10.0},
+        "scorer": [row(256, 2, of_read_ceiling=0.5), row(256, 2, of_read_ceiling=0.4, variant={"hot": True})],
+        "msa_scorer": [row(256, 1, format="fp8", of_read_ceiling=0.3), row(128, 1, format="bf16", of_read_ceiling=0.3)],
+    }
+    bench.same_bytes_section(report, default_device(), timer=timer, flush_bytes=1 << 16)
+    # 2 x 2 pages of 9216 bytes; 2 blocks of 16 KB and 1 of 32 KB: one size, two formats
+    assert [r["bytes"] for r in report["same_bytes_reads"]] == [32768, 36864]
+    assert len(sizes) == 2 * len(timing.READ_SHAPES)  # every shape of each size, its cold sets each
+    assert sizes[0] == 2  # 32 KB: two sets past 64 KB of flush
+    # GB/s = bytes / 2 µs / 1e3, against a 10 GB/s ceiling
+    assert report["scorer"][0]["same_bytes_read"] == pytest.approx(36864 / 2.0 / 1e3 / 10.0)
+    assert report["scorer"][1]["same_bytes_read"] == report["scorer"][0]["same_bytes_read"]
+    assert report["msa_scorer"][0]["same_bytes_read"] == report["msa_scorer"][1]["same_bytes_read"]
+    assert timing.same_bytes_cell(report["msa_scorer"][0]) == " 1.64"  # 32768 / 2 / 1e3 / 10, 5 wide
+    assert timing.same_bytes_cell({}) == " " * 5
+    bench_msa.print_msa(report, sys.stdout)
+    assert " 0.30  1.64\n" in capsys.readouterr().out  # frac, then read
 
 
 def test_msa_sections_run_check_and_print(capsys):

@@ -51,12 +51,20 @@ from ..stock import StockDecode
 from ..symm import SingleRankSymmetric
 from ..tables import dequant_lut
 from .bench_layers import bench_layers_on_rank
-from .bench_msa import MSA_CONTEXTS, check_msa, msa_cp_vs_stock, msa_scorer_section, msa_stock_stages, print_msa
+from .bench_msa import (
+    MSA_CONTEXTS,
+    block_bytes,
+    check_msa,
+    msa_cp_vs_stock,
+    msa_scorer_section,
+    msa_stock_stages,
+    print_msa,
+)
 from .launcher import RankPool
 from .programs import run_case
 from .scorer_variants import score_variant
 from .targets import SCORER_GOALS, judge
-from .timing import FLUSH_BYTES, CachePool, ceilings, graph_time_us, random_tile
+from .timing import FLUSH_BYTES, CachePool, ceilings, graph_time_us, random_tile, same_bytes_cell, same_bytes_read_GBps
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -226,6 +234,22 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     return rows
 
 
+def same_bytes_section(report: dict, device, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES) -> None:
+    """Give every scorer row (NVFP4 and MSA) ``same_bytes_read``: the fraction of the
+    ceiling a bare streaming read of the row's bytes reaches in the same timing
+    (``timing.same_bytes_read_GBps``), and the report ``same_bytes_reads`` (bytes, GB/s).
+    A small grid's scorer can reach no more than that: the ceiling is a 4 GiB read.
+    timer / flush_bytes: ``same_bytes_read_GBps``'s (tests pass stand-ins)."""
+    rows = [(r, PAGE_BYTES) for r in report["scorer"]]
+    rows += [(r, block_bytes(r["format"])) for r in report.get("msa_scorer", [])]
+    sizes = sorted({r["batch"] * (r["context"] // PAGE) * size for r, size in rows})
+    reads = {n: same_bytes_read_GBps(device, n, flush_bytes, timer) for n in progress(sizes, "same-bytes reads")}
+    report["same_bytes_reads"] = [{"bytes": n, "GBps": gbps} for n, gbps in reads.items()]
+    ceiling = report["ceilings"]["stream_read_GBps"]
+    for r, size in rows:
+        r["same_bytes_read"] = reads[r["batch"] * (r["context"] // PAGE) * size] / ceiling
+
+
 def select_section(device, gen) -> list[dict]:
     """Stock top-16 alone over rows of 2048 and 8192 random scores, 2 heads (TP = 2), hot in
     L2: the select's own time, with its rows split over programs as the decode does
@@ -383,13 +407,20 @@ def print_report(report: dict, file=sys.stdout) -> None:
         + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"),
         file=file,
     )
-    print("\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling", file=file)
-    print(f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}  variant", file=file)
+    print(
+        "\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling; read: the fraction a "
+        "bare read of the same bytes reaches",
+        file=file,
+    )
+    print(
+        f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5} {'read':>5}  variant",
+        file=file,
+    )
     for r in report["scorer"]:
         variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
         print(
             f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} {r['GBps']:>7.0f} "
-            f"{r['of_read_ceiling']:>5.2f}  {variant}",
+            f"{r['of_read_ceiling']:>5.2f} {same_bytes_cell(r)}  {variant}",
             file=file,
         )
     print_msa(report, file)
@@ -563,6 +594,7 @@ def run_bench(
     report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
     report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)
     report["msa_cp"] = msa_cp_vs_stock(device, msa_contexts, sorted({1, *msa_batches}), gen)
+    same_bytes_section(report, device)
     world = world or p2p_gpus()
     report["world"] = world
     if world >= 2:

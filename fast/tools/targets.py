@@ -81,14 +81,22 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
         f"scorer {_shape(hs, slots)} >= {least:.2f} of the read ceiling at batch >= {SCORER_BATCH},"
         f" batch x context >= 8 x 128K"
     )
-    fractions = [
-        r["of_read_ceiling"]
+    rows = [
+        r
         for r in _scorer_rows(report, hs=hs, slots=slots)
         if r["batch"] >= SCORER_BATCH and r["batch"] * r["context"] >= SCORER_FROM
     ]
-    if not fractions:
+    if not rows:
         return _verdict(target, "not measured (no such point in this grid)", None)
-    return _verdict(target, _span(fractions), min(fractions) >= least)
+    fractions = [r["of_read_ceiling"] for r in rows]
+    return _verdict(target, _span(fractions) + _same_bytes(rows), min(fractions) >= least)
+
+
+def _same_bytes(rows: list[dict]) -> str:
+    """What a bare read of the judged rows' bytes reached (``bench.same_bytes_section``), as
+    a figure's tail: the most a scorer of those sizes could show; "" where unmeasured."""
+    reads = [r["same_bytes_read"] for r in rows if "same_bytes_read" in r]
+    return f" (a bare read of the same bytes: {_span(reads)})" if reads else ""
 
 
 def _one_request(report: dict) -> dict:
@@ -204,4 +212,4 @@ def _msa_scorer(report: dict, fmt: str) -> dict:
         f"{_shape(hs, slots)} {_span([r['of_read_ceiling'] for r in rows if (r['hs'], r['slots']) == (hs, slots)])}"
         for hs, slots in sorted({(r["hs"], r["slots"]) for r in rows})
     )
-    return _verdict(target, spans, min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL)
+    return _verdict(target, spans + _same_bytes(rows), min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL)

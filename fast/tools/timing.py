@@ -1,8 +1,10 @@
-"""The benchmark's instruments: graph-replay timing, the bandwidth ceilings, and cold inputs
-(a cache pool to carve disjoint page sets from, random query tiles)."""
+"""The benchmark's instruments: graph-replay timing, the bandwidth ceilings, a bare read of a
+given number of bytes (what a scorer of that size can reach), and cold inputs (a cache pool
+to carve disjoint page sets from, random query tiles)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -71,6 +73,39 @@ def ceilings(device) -> dict:
         "copy_read_GBps": nbytes / copy_us / 1e3,
         "stream_read_GBps": nbytes / read_us / 1e3,
     }
+
+
+# A bare read's program shapes (int32 words a block, blocks a program, warps): small programs
+# win on reads of a few hundred MB (the grid fills the GPU sooner and ends in a fuller wave),
+# large ones on GBs; the best of them is what a read of that many bytes can reach.
+READ_SHAPES = ((512, 4, 4), (1024, 16, 4), (4096, 2, 4), (4096, 4, 8))
+
+
+def same_bytes_read_GBps(device, nbytes: int, flush_bytes: int = FLUSH_BYTES, timer=graph_time_us) -> float:
+    """GB/s of a bare streaming read of ``nbytes`` (a multiple of 4), timed as the scorers
+    are: one call per cold set (together more than ``flush_bytes``, at most 64) in one
+    graph, the median replay; the best of ``READ_SHAPES``. What a kernel that reads those
+    bytes once can reach in this timing: below the ceiling on small reads (launch, ramp
+    and last wave weigh more), at it on large ones."""
+    words = nbytes // 4
+    sets = max(1, min(64, math.ceil(flush_bytes / nbytes)))
+    pool = torch.randint(0, 2**31 - 1, (sets, words), dtype=torch.int32, device=device)
+    best = 0.0
+    for block, iters, warps in READ_SHAPES:
+        grid = triton.cdiv(words, block * iters)
+        sink = torch.empty(grid, dtype=torch.int32, device=device)
+
+        def read(i, grid=grid, sink=sink, block=block, iters=iters, warps=warps):
+            _read_kernel[(grid,)](pool[i], sink, words, BLOCK=block, ITERS=iters, num_warps=warps)
+
+        best = max(best, nbytes / timer(read, sets) / 1e3)
+    return best
+
+
+def same_bytes_cell(row: dict) -> str:
+    """A scorer row's ``same_bytes_read`` (``bench.same_bytes_section``) as the report's
+    5-wide column, blank where the run did not measure it."""
+    return f"{row['same_bytes_read']:>5.2f}" if "same_bytes_read" in row else " " * 5
 
 
 @dataclass
