@@ -20,7 +20,6 @@ from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
 from .kernels.msa_scorer import msa_score_kernel
 from .kernels.msa_scorer_mma import msa_score_kernel_mma
-from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_wgmma import mma_rows, pages_per_program
 from .scorer import first_set, no_record
 
@@ -41,6 +40,10 @@ GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
 # The mma kernel's cp.async ring per key dtype: half-blocks per program, STAGES - 1 in
 # flight (measured choices: fast/tools/PERF.md).
 RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
+# The mma kernel's partial maxima a block and row (page_maxima.page_max): 8, two shuffle
+# rounds a block, at every N. The NVFP4 scorer's 32 (no shuffle) would take 4x the shared
+# memory, a program an SM at N 16 and 32, which measured slower (fast/tools/PERF.md).
+MMA_PARTIALS = 8
 
 
 def ring_stages(dtype: torch.dtype, ppp: int, stages: int | None = None) -> int:
@@ -98,7 +101,7 @@ def score_blocks(
 
     first_slot: 0..7, score only the slots from it on and leave the earlier rows untouched.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` elements
-    (the CP path's two tile sets). pdl: launch as a programmatic dependent (GPUs). An id
+    (the CP path's two tile sets; a multiple of 16). pdl: launch as a programmatic dependent (GPUs). An id
     outside ``[0, N)`` is never loaded and its stored columns get NaN; with ``error`` (an
     int32 [5] record: ``fast.errors``) such a (request, column, id) is recorded: a program's
     first, and the record's first writer wins.
@@ -119,6 +122,9 @@ def score_blocks(
     check_int("offset", offset, low=0, high=stride - 1)
     check_int("first_slot", first_slot, low=0, high=SLOTS - 1)
     check_int("q_set_stride", q_set_stride, low=0)
+    if q_set_stride % 16:
+        # the mma kernel reads a query row in 16-byte pieces from every tile set
+        raise ValueError(f"q_set_stride: must be a multiple of 16 elements, got {q_set_stride}")
     for name, x in (("k_cache", k_cache), ("block_table", block_table), ("out", out)):
         if x.device != device:
             raise ValueError(f"{name}: expected device {device} (q_tile's), got {x.device}")
@@ -177,7 +183,7 @@ def score_blocks(
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
         stages = ring_stages(k_cache.dtype, ppp, stages)
         msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
-            *args, ROWS=rows, PPP=ppp, PARTS=partial_maxima(rows, ppp), STAGES=stages, **common
+            *args, ROWS=rows, PPP=ppp, PARTS=MMA_PARTIALS, STAGES=stages, **common
         )
         return out
     live = (SLOTS - first_slot) * hs

@@ -136,6 +136,7 @@ def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
         (lambda a: a.update(offset=4, stride=4), "offset: must be in 0..3"),
         (lambda a: a.update(num_pages=0), "num_pages: must be >= 1"),
         (lambda a: a.update(first_slot=8), "first_slot: must be in 0..7"),
+        (lambda a: a.update(q_set_stride=24), "q_set_stride: must be a multiple of 16 elements, got 24"),
         (lambda a: a.update(error=a["lens"]), "error: expected 5 words"),
     ],
 )

@@ -16,9 +16,10 @@ column k = 16 kb + 8 h + 2 tig + e (the A fragment's: lane (gid, tig), k block k
 element e) reads physical dimension ``d(k) = 32 tig + 4 kb + 2 h + e``, so a lane's 32
 columns of a token are 32 contiguous elements: 32 bytes of E4M3 (two 16-byte copies) or 64
 of BF16 (four). Each thread reads back only what it copied. E4M3 widens to f16 exactly
-(``cvt``, two elements an instruction); BF16 is the operand as it lies. q is gathered in
-the same order into a [128, ROWS] shared tile once per program, after the first copies
-went out.
+(``cvt``, two elements an instruction); BF16 is the operand as it lies. Once per program,
+after its block ids (one load: none in the loop) and its first copies went out, q's rows
+are loaded whole (16-byte loads), permuted into the same order in registers and stored
+into a [ROWS, 128] shared tile, k contiguous, that the MMA reads transposed.
 
 Up to 8 rows the MMA is the per-warp ``mma.sync`` m16n8k16 (q in registers); above, wgmma
 with A from registers and q from shared memory, N the rows rounded up to a power of two.
@@ -97,6 +98,14 @@ def _ids_layout(pad):
         block_bases=[],
         shape=[pad],
     )
+
+
+@constexpr_function
+def _q_layout(vec):
+    """The query rows [ROWS, 128] as loaded: ``vec`` elements (16 bytes) a thread and
+    load, the lanes of a warp along a row first."""
+    along = 128 // vec
+    return gl.BlockedLayout([1, vec], [32 // along, along], [4, 1], [1, 0])
 
 
 @gluon.jit
@@ -191,27 +200,32 @@ def msa_score_kernel_mma(
         for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
             _copy_half(ring, n, STAGES, k_ptr, blocks)
             async_copy.commit_group()
-        # q in logical column order (row k of the tile is dimension d(k)); a row holding a
-        # NaN element is unwritten: zeroed here, NaN at the store
-        q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
-        k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
-        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
-        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
-        tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
-        q_raw = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
+        # q in logical column order (column k of the tile is dimension d(k)), loaded as its
+        # rows lie (16 bytes a thread and load) and permuted in registers. A row holding a
+        # NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
+        # NaN) and are stored as NaN either way, so its elements go in as they are.
+        q_layout: gl.constexpr = _q_layout(VEC)
+        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
+        d = gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
+        # tile sets lie whole tiles apart (score_blocks): 16-element aligned, so 16-byte loads
+        tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
+        q_raw = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
         q_nan = _is_nan(q_raw, IS_FP8)
-        q_op16 = _operand(gl.where(q_nan, 0, q_raw), IS_FP8)
-        # reduced before the loop: q_nan is ROWS values a thread
-        q_unwritten = gl.max(q_nan.to(gl.int32), axis=0)
+        q_unwritten = gl.max(q_nan.to(gl.int32), axis=1)  # [ROWS]
+        q_op16 = _operand(q_raw, IS_FP8)
+        q_op16 = gl.reshape(q_op16, [ROWS, 4, 8, 2, 2])  # [r, tig, kb, h, e]
+        q_op16 = gl.reshape(gl.permute(q_op16, (0, 2, 3, 1, 4)), [ROWS, 128])  # [r, k]
+        # k contiguous in shared memory (a thread's pairs of k are 4-byte stores); the MMA
+        # reads it transposed
         q_smem = gl.allocate_shared_memory(
-            op_dtype, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], op_dtype), q_op16
+            op_dtype, [ROWS, 128], gl.NVMMASharedLayout.get_default_for([ROWS, 128], op_dtype), q_op16
         )
         fence_async_shared()
         gl.thread_barrier()
         if ROWS == 8:
-            q_op = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+            q_op = q_smem.permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
         else:
-            q_op = q_smem
+            q_op = q_smem.permute((1, 0))
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = length - 8 + SLOT0
         maxima = alloc_maxima(PAD, PARTS, ROWS)
