@@ -20,6 +20,7 @@ from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
 from .kernels.msa_scorer import msa_score_kernel
 from .kernels.msa_scorer_mma import msa_score_kernel_mma
+from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_wgmma import mma_rows, pages_per_program
 from .scorer import first_set, no_record
 
@@ -40,10 +41,15 @@ GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
 # The mma kernel's cp.async ring per key dtype: half-blocks per program, STAGES - 1 in
 # flight (measured choices: fast/tools/PERF.md).
 RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
-# The mma kernel's partial maxima a block and row (page_maxima.page_max): 8, two shuffle
-# rounds a block, at every N. The NVFP4 scorer's 32 (no shuffle) would take 4x the shared
-# memory, a program an SM at N 16 and 32, which measured slower (fast/tools/PERF.md).
-MMA_PARTIALS = 8
+
+
+def mma_partials(rows: int, ppp: int) -> int:
+    """The mma kernel's partial maxima a block and row (``page_maxima.page_max``) at N =
+    ``rows`` with ``ppp`` columns a program: 8 (two shuffle rounds a block) from 4 columns
+    on, where the NVFP4 scorer's 32 (no shuffle) takes 4x the shared memory, a program an SM
+    at N 16 and 32, and measured slower at every N (fast/tools/PERF.md); below, the shared
+    policy (``partial_maxima``: a few columns keep little shared memory either way)."""
+    return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
 def ring_stages(dtype: torch.dtype, ppp: int, stages: int | None = None) -> int:
@@ -183,7 +189,7 @@ def score_blocks(
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
         stages = ring_stages(k_cache.dtype, ppp, stages)
         msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
-            *args, ROWS=rows, PPP=ppp, PARTS=MMA_PARTIALS, STAGES=stages, **common
+            *args, ROWS=rows, PPP=ppp, PARTS=mma_partials(rows, ppp), STAGES=stages, **common
         )
         return out
     live = (SLOTS - first_slot) * hs

@@ -42,7 +42,7 @@ from ..kernels.scorer_wgmma import (
     score_kernel_wgmma,
 )
 from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
-from ..msa_scorer import MMA_PARTIALS, ring_stages
+from ..msa_scorer import mma_partials, ring_stages
 from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from ..select.warp_ptx import warp_asm_options
 from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
@@ -111,7 +111,7 @@ def scorer_sass(
         constexprs = common | {
             "ROWS": rows,
             "PPP": ppp,
-            "PARTS": MMA_PARTIALS,
+            "PARTS": mma_partials(rows, ppp),
             "IS_FP8": kernel == "msa-fp8",
             "RECORD": True,
             "STAGES": ring_stages(torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16, ppp),
