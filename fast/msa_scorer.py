@@ -47,8 +47,9 @@ def mma_partials(rows: int, ppp: int) -> int:
     """The mma kernel's partial maxima a block and row (``page_maxima.page_max``) at N =
     ``rows`` with ``ppp`` columns a program: 8 (two shuffle rounds a block) from 4 columns
     on, where the NVFP4 scorer's 32 (no shuffle) takes 4x the shared memory, a program an SM
-    at N 16 and 32, and measured slower at every N (fast/tools/PERF.md); below, the shared
-    policy (``partial_maxima``: a few columns keep little shared memory either way)."""
+    at N 16 and 32, and measured 0.00-0.02 of the ceiling slower at every N
+    (fast/tools/PERF.md); below, the shared policy (``partial_maxima``: a few columns keep
+    little shared memory either way)."""
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
@@ -107,10 +108,10 @@ def score_blocks(
 
     first_slot: 0..7, score only the slots from it on and leave the earlier rows untouched.
     q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` elements
-    (the CP path's two tile sets; a multiple of 16). pdl: launch as a programmatic dependent (GPUs). An id
-    outside ``[0, N)`` is never loaded and its stored columns get NaN; with ``error`` (an
-    int32 [5] record: ``fast.errors``) such a (request, column, id) is recorded: a program's
-    first, and the record's first writer wins.
+    (the CP path's two tile sets; a multiple of 16). pdl: launch as a programmatic
+    dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
+    NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
+    is recorded: a program's first, and the record's first writer wins.
     kernel: "mma" or "dot" (default: ``GPU_KERNEL``'s on a GPU, "dot" elsewhere; the mma
     kernel runs on GPUs only).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
