@@ -70,6 +70,7 @@ def test_bench_report_prints_every_section():
             "date": "d",
         },
         "ceilings": {"copy_read_plus_write_GBps": 2700.0, "stream_read_GBps": 4500.0},
+        "gpu_state": [{"after": "scorer", "sm_mhz": 1980.0, "max_sm_mhz": 1980.0, "temp_c": 40.0, "power_w": 300.0}],
         "checks": {"scorer": True, "cp": True, "stock": True},
         "scorer": [
             {"context": 8192, "batch": 1, "hs": 1, "slots": 8, "us": 3.0, "GBps": 200.0, "of_read_ceiling": 0.04},
@@ -158,6 +159,7 @@ def test_bench_report_prints_every_section():
     )
     assert "1 warps, 1024 groups, warp select: push 12.0" in text
     assert "  [MISSED] a target: 1.0x\n  [not measured] another: not measured\n" in text
+    assert "(nvidia-smi): scorer 1980 MHz (max 1980), 40 C, 300 W\n" in text
 
 
 def _layer(context, batch, q, stock, cp, cp_score, stages, stock_top16=1.0, stock_score=10.0):
@@ -364,6 +366,26 @@ def test_same_bytes_section_reads_each_rows_bytes_once_and_prints_them(capsys):
     assert timing.same_bytes_cell({}) == " " * 5
     bench_msa.print_msa(report, sys.stdout)
     assert " 0.30  1.64\n" in capsys.readouterr().out  # frac, then read
+
+
+def test_gpu_state_reads_nvidia_smi_or_says_nothing(tmp_path, monkeypatch):
+    """timing.gpu_state: the SM clock, its maximum, the temperature and the power nvidia-smi
+    gives as a bench section ends, and only the section's name where nvidia-smi is missing
+    or answers something else (CI has none); the report's line lists what was read."""
+    from fast.tools import timing
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
+    assert timing.gpu_state("scorer") == {"after": "scorer"}
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho '1755, 1980, 71, 452.31'\n")
+    fake.chmod(0o755)
+    hot = timing.gpu_state("msa scorer")
+    assert hot == {"after": "msa scorer", "sm_mhz": 1755.0, "max_sm_mhz": 1980.0, "temp_c": 71.0, "power_w": 452.31}
+    fake.write_text("#!/bin/sh\necho '[N/A], 1980, 71, 452.31'\n")
+    assert timing.gpu_state("select") == {"after": "select"}
+    line = timing.gpu_state_line([{"after": "ceilings"}, hot])
+    assert line == "GPU as each section ended (nvidia-smi): msa scorer 1755 MHz (max 1980), 71 C, 452 W"
+    assert timing.gpu_state_line([{"after": "ceilings"}]) == ""
 
 
 def test_msa_sections_run_check_and_print(capsys):

@@ -64,7 +64,17 @@ from .launcher import RankPool
 from .programs import run_case
 from .scorer_variants import score_variant
 from .targets import SCORER_GOALS, judge
-from .timing import FLUSH_BYTES, CachePool, ceilings, graph_time_us, random_tile, same_bytes_cell, same_bytes_read_GBps
+from .timing import (
+    FLUSH_BYTES,
+    CachePool,
+    ceilings,
+    gpu_state,
+    gpu_state_line,
+    graph_time_us,
+    random_tile,
+    same_bytes_cell,
+    same_bytes_read_GBps,
+)
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -407,6 +417,8 @@ def print_report(report: dict, file=sys.stdout) -> None:
         + ", ".join(f"{k} decode {'ok' if v else 'FAILED'}" for k, v in report["checks"].items() if k != "scorer"),
         file=file,
     )
+    if line := gpu_state_line(report.get("gpu_state", [])):
+        print(line, file=file)
     print(
         "\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling; read: the fraction a "
         "bare read of the same bytes reaches",
@@ -574,9 +586,11 @@ def run_bench(
     gen = torch.Generator().manual_seed(0)
     report: dict = {"machine": machine_header(), "quick": quick}
     report["ceilings"] = ceilings(device)
+    report["gpu_state"] = [gpu_state("ceilings")]
     report["checks"] = {"scorer": check_scorer()}
     pool = CachePool(max(BATCHES) * max(CONTEXTS) // PAGE + 1024, device)
     report["scorer"] = scorer_section(pool, contexts, batches, report["ceilings"]["stream_read_GBps"], gen)
+    report["gpu_state"].append(gpu_state("nvfp4 scorer"))
     report["torch_stock"] = [
         {"context": c, "batch": b, "query_len": 1, "us": torch_stock_us(pool, b, c // PAGE, 1, gen)}
         for c in contexts
@@ -591,7 +605,9 @@ def run_bench(
     msa_contexts = [c for c in contexts if c in MSA_CONTEXTS] or list(MSA_CONTEXTS[:1])
     msa_batches = [b for b in batches if b >= 8] or [8]
     read = report["ceilings"]["stream_read_GBps"]
+    report["gpu_state"].append(gpu_state("select, push, msa checks"))
     report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
+    report["gpu_state"].append(gpu_state("msa scorer"))
     report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)
     report["msa_cp"] = msa_cp_vs_stock(device, msa_contexts, sorted({1, *msa_batches}), gen)
     same_bytes_section(report, device)

@@ -5,6 +5,7 @@ to carve disjoint page sets from, random query tiles)."""
 from __future__ import annotations
 
 import math
+import subprocess
 from dataclasses import dataclass, field
 
 import torch
@@ -106,6 +107,38 @@ def same_bytes_cell(row: dict) -> str:
     """A scorer row's ``same_bytes_read`` (``bench.same_bytes_section``) as the report's
     5-wide column, blank where the run did not measure it."""
     return f"{row['same_bytes_read']:>5.2f}" if "same_bytes_read" in row else " " * 5
+
+
+# What nvidia-smi reports of the GPU as a bench section ends, and the report's names for it.
+GPU_STATE = {"clocks.sm": "sm_mhz", "clocks.max.sm": "max_sm_mhz", "temperature.gpu": "temp_c", "power.draw": "power_w"}
+
+
+def gpu_state(after: str, index: int = 0) -> dict:
+    """``{"after": after, "sm_mhz", "max_sm_mhz", "temp_c", "power_w"}`` of GPU ``index``, read
+    with nvidia-smi as a bench section ends: the sections run minutes apart, and a GPU that
+    heats clocks its later sections lower (the clock is read as the GPU goes idle; the
+    temperature lags less). Only ``after`` where nvidia-smi is missing, fails or answers
+    something else than numbers."""
+    query = [f"--query-gpu={','.join(GPU_STATE)}", "--format=csv,noheader,nounits", "-i", str(index)]
+    try:
+        done = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10, check=True)
+        values = [float(v) for v in done.stdout.strip().split(",")]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return {"after": after}
+    if len(values) != len(GPU_STATE):
+        return {"after": after}
+    return {"after": after} | dict(zip(GPU_STATE.values(), values))
+
+
+def gpu_state_line(states: list[dict]) -> str:
+    """The report's one line of ``gpu_state`` readings ("" where none has numbers)."""
+    read = [s for s in states if "sm_mhz" in s]
+    if not read:
+        return ""
+    return "GPU as each section ended (nvidia-smi): " + "; ".join(
+        f"{s['after']} {s['sm_mhz']:.0f} MHz (max {s['max_sm_mhz']:.0f}), {s['temp_c']:.0f} C, {s['power_w']:.0f} W"
+        for s in read
+    )
 
 
 @dataclass
