@@ -190,15 +190,16 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     from fast.tools.sass import instruction_mix
 
     rows = mma_rows((8 - first_slot) * hs)
-    mix = instruction_mix(dump.read_text())
+    text = dump.read_text()
+    mix = instruction_mix(text)
     assert mix["HMMA" if rows == 8 else "HGMMA"] > 0, mix
     copies_a_half = 4 if key_format == "fp8" else 8  # 64 / 128 bytes a thread, 16 a copy
     assert mix["LDGSTS"] == 2 * long_row_pages(rows) * copies_a_half, mix
     # the program's block ids are loaded once, before its first MMA: a table load in the
     # half-block loop would hold the next copy (and, in order, the MMA after it) for a
     # load's latency; the query rows come in 16-byte loads, not element by element
-    lines = dump.read_text().splitlines()
+    lines = text.splitlines()
     mmas = [i for i, line in enumerate(lines) if re.search(r"\bH(G)?MMA\.", line)]
     loads = [i for i, line in enumerate(lines) if re.search(r"\bLDG\.", line)]
     assert not [i for i in loads if mmas[0] < i < mmas[-1]], "a global load inside the half-block loop"
-    assert not re.search(r"\bLDG\.E\.(U8|S8|U16|S16)\b", dump.read_text()), "the query loaded in pieces"
+    assert not re.search(r"\bLDG\.E\.(U8|S8|U16|S16)\b", text), "the query loaded in pieces"

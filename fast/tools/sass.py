@@ -418,51 +418,50 @@ ALU_OPS = {"LOP3", "PLOP3", "PRMT", "F2FP", "SHF", "IADD3", "LEA", "ISETP", "SEL
 _FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
-@functools.cache
-def _maxima_line_parts() -> dict[int, str]:
-    """Line number of fast/kernels/page_maxima.py -> its part (parsed once)."""
+def _module_functions(module) -> tuple[list[str], list[tuple[str, range]]]:
+    """A module's source lines and its top-level functions as (name, line numbers)."""
     import ast
     import inspect
 
-    from ..kernels import page_maxima
-
-    source = inspect.getsource(page_maxima)
-    return {
-        i: _MAXIMA_PART.get(node.name, "other")
+    source = inspect.getsource(module)
+    functions = [
+        (node.name, range(node.lineno, node.end_lineno + 1))
         for node in ast.parse(source).body
         if isinstance(node, ast.FunctionDef)
-        for i in range(node.lineno, node.end_lineno + 1)
-    }
+    ]
+    return source.splitlines(), functions
+
+
+@functools.cache
+def _maxima_line_parts() -> dict[int, str]:
+    """Line number of fast/kernels/page_maxima.py -> its part (parsed once)."""
+    from ..kernels import page_maxima
+
+    _, functions = _module_functions(page_maxima)
+    return {i: _MAXIMA_PART.get(name, "other") for name, lines in functions for i in lines}
 
 
 @functools.cache
 def _scorer_line_parts() -> dict[int, str]:
     """Line number of fast/kernels/scorer_wgmma.py -> its part (parsed once)."""
-    import ast
-    import inspect
-
     from ..kernels import scorer_wgmma
 
-    source = inspect.getsource(scorer_wgmma)
-    text = source.splitlines()
+    text, functions = _module_functions(scorer_wgmma)
     parts: dict[int, str] = {}
-    for node in ast.parse(source).body:
-        if not isinstance(node, ast.FunctionDef):
-            continue
-        lines = range(node.lineno, node.end_lineno + 1)
-        if node.name == "score_kernel_wgmma":  # setup | the page loops | the epilogue
+    for name, lines in functions:
+        if name == "score_kernel_wgmma":  # setup | the page loops | the epilogue
             start = next(i for i in lines if text[i - 1].strip().startswith("for i in "))
             end = next(i for i in lines if text[i - 1].strip().startswith("if LOADS_ONLY:"))
             parts.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
             continue
         for i in lines:
             code = text[i - 1]
-            if node.name == "_dequant_fragment" and "gl.load(" in code:
+            if name == "_dequant_fragment" and "gl.load(" in code:
                 parts[i] = "loads"  # the scale tables, from L1
-            elif node.name == "_block":
+            elif name == "_block":
                 parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
             else:
-                parts[i] = _FUNCTION_PART.get(node.name, "other")
+                parts[i] = _FUNCTION_PART.get(name, "other")
     return parts
 
 
