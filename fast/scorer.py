@@ -19,7 +19,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from . import checks
 from .backend import pdl_options, sm_count
-from .checks import score_shapes
+from .checks import check_int, score_shapes
 from .kernels.guards import ERR_WORDS
 from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_table import score_kernel_table
@@ -89,6 +89,12 @@ def plan_scorer(
             raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, kernel={kernel!r})")
     if isinstance(first_slot, bool) or not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
         raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
+    check_int("q_set_stride", q_set_stride, low=0)
+    if q_set_stride % 16:
+        # the wgmma kernel reads a query row in 16-byte pieces from every tile set
+        raise ValueError(f"q_set_stride: must be a multiple of 16 bytes, got {q_set_stride}")
+    if q_sel is not None:
+        checks.device_tensor("q_sel", q_sel, torch.int64, 1, device)
     if error is not None:
         checks.error_record(error, device)
     if batch == 0 or width == 0:
@@ -159,11 +165,12 @@ def score_pages(
     first_slot: 0..7, score only the slots from it on (a step of query_len q fills slots
     8 - q .. 7) and leave the earlier slots' rows untouched; the MMA's N then follows
     q x Hs. 0 is the reference's contract. q_sel / q_set_stride: read the tile at
-    ``q_tile + q_sel[0] * q_set_stride`` bytes (the CP path's two tile sets); by default
-    the tile itself. pdl: launch as a programmatic dependent (GPUs), waiting for the
-    producer before reading the tile. prefetch (pdl, wgmma): load the lengths, the table
-    and each program's first blocks before that wait — only where the producer releases
-    the scorer after its own wait, so that nothing earlier in the stream still writes them.
+    ``q_tile + q_sel[0] * q_set_stride`` bytes (the CP path's two tile sets; q_sel int64
+    ``[1]``, the stride a multiple of 16); by default the tile itself. pdl: launch as a
+    programmatic dependent (GPUs), waiting for the producer before reading the tile.
+    prefetch (pdl, wgmma): load the lengths, the table and each program's first blocks
+    before that wait — only where the producer releases the scorer after its own wait, so
+    that nothing earlier in the stream still writes them.
     release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
     kernel: "wgmma" (the GPU default) or "table" (the interpreter's; on a GPU to compare).
 
