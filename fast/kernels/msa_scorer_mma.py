@@ -11,15 +11,12 @@ ptxas, which at N 32 issues the next block's loads only after the current block'
 registers are taken): a memory latency a block. The ring's copies hold no registers, so
 STAGES - 1 half-blocks stay in flight whatever the MMA does (fast/tools/PERF.md).
 
-The trick: the dot product's dimension may be permuted if q is permuted alike. Logical
-column k = 16 kb + 8 h + 2 tig + e (the A fragment's: lane (gid, tig), k block kb, half h,
-element e) reads physical dimension ``d(k) = 32 tig + 4 kb + 2 h + e``, so a lane's 32
-columns of a token are 32 contiguous elements: 32 bytes of E4M3 (two 16-byte copies) or 64
-of BF16 (four). Each thread reads back only what it copied. E4M3 widens to f16 exactly
-(``cvt``, two elements an instruction); BF16 is the operand as it lies. Once per program,
-after its block ids (one load: none in the loop) and its first copies went out, q's rows
-are loaded whole (16-byte loads), permuted into the same order in registers and stored
-into a [ROWS, 128] shared tile, k contiguous, that the MMA reads transposed.
+The trick: the dot product's dimension may be permuted if q is permuted alike
+(``column_order.py``: the NVFP4 scorer's order), so a lane's 32 columns of a token are 32
+contiguous elements: 32 bytes of E4M3 (two 16-byte copies) or 64 of BF16 (four). Each
+thread reads back only what it copied. E4M3 widens to f16 exactly (``cvt``, two elements
+an instruction); BF16 is the operand as it lies. Once per program, after its block ids
+(one load: none in the loop) and its first copies went out, q is loaded in the same order.
 
 Up to 8 rows the MMA is the per-warp ``mma.sync`` m16n8k16 (q in registers); above, wgmma
 with A from registers and q from shared memory, N the rows rounded up to a power of two.
@@ -34,12 +31,13 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_wait
 from triton.runtime.jit import constexpr_function
 
 from indexer_constants import HEAD_DIM, PAGE
 
+from .column_order import logical_columns, row_layout, store_q_tile
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 
@@ -100,14 +98,6 @@ def _ids_layout(pad):
     )
 
 
-@constexpr_function
-def _q_layout(vec):
-    """The query rows [ROWS, 128] as loaded: ``vec`` elements (16 bytes) a thread and
-    load, the lanes of a warp along a row first."""
-    along = 128 // vec
-    return gl.BlockedLayout([1, vec], [32 // along, along], [4, 1], [1, 0])
-
-
 @gluon.jit
 def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
     """Start copying the program's half-block n (tokens [64 (n % 2), + 64) of its column
@@ -123,14 +113,10 @@ def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
 
 @gluon.jit
 def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
-    """The A operand [64, 128] in logical column order from a half-block's raw elements:
-    physical d = 32 tig + 4 kb + 2 h + e is logical k = 16 kb + 8 h + 2 tig + e (no data
-    moves between threads: checked at compile time)."""
-    x = _operand(raw, IS_FP8)
-    x = gl.reshape(x, [64, 4, 8, 2, 2])  # [T, tig, kb, h, e]
-    x = gl.permute(x, (0, 2, 3, 1, 4))  # [T, kb, h, tig, e]
-    x = gl.reshape(x, [64, 128])
-    return gl.convert_layout(x, a_layout, assert_trivial=True)
+    """The A operand [64, 128] in logical column order (``column_order.logical_columns``)
+    from a half-block's raw elements (no data moves between threads: checked at compile
+    time)."""
+    return gl.convert_layout(logical_columns(_operand(raw, IS_FP8)), a_layout, assert_trivial=True)
 
 
 @gluon.jit
@@ -172,10 +158,6 @@ def msa_score_kernel_mma(
     else:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    if IS_FP8:
-        op_dtype: gl.constexpr = gl.float16
-    else:
-        op_dtype: gl.constexpr = gl.bfloat16
     b = gl.program_id(0)
     first = gl.program_id(1) * PPP
     if PDL:
@@ -200,32 +182,17 @@ def msa_score_kernel_mma(
         for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
             _copy_half(ring, n, STAGES, k_ptr, blocks)
             async_copy.commit_group()
-        # q in logical column order (column k of the tile is dimension d(k)), loaded as its
-        # rows lie (16 bytes a thread and load) and permuted in registers. A row holding a
-        # NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
-        # NaN) and are stored as NaN either way, so its elements go in as they are.
-        q_layout: gl.constexpr = _q_layout(VEC)
+        # q in logical column order, its rows loaded whole (column_order.py; tile sets lie
+        # whole tiles apart: score_blocks checks q_set_stride). A row holding a NaN element
+        # is unwritten: its scores come out NaN or not (the maxima may drop a NaN) and are
+        # stored as NaN either way, so its elements go in as they are.
+        q_layout: gl.constexpr = row_layout(VEC)
         qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
         d = gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
-        # tile sets lie whole tiles apart (score_blocks): 16-element aligned, so 16-byte loads
         tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
         q_raw = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
-        q_nan = _is_nan(q_raw, IS_FP8)
-        q_unwritten = gl.max(q_nan.to(gl.int32), axis=1)  # [ROWS]
-        q_op16 = _operand(q_raw, IS_FP8)
-        q_op16 = gl.reshape(q_op16, [ROWS, 4, 8, 2, 2])  # [r, tig, kb, h, e]
-        q_op16 = gl.reshape(gl.permute(q_op16, (0, 2, 3, 1, 4)), [ROWS, 128])  # [r, k]
-        # k contiguous in shared memory (a thread's pairs of k are 4-byte stores); the MMA
-        # reads it transposed
-        q_smem = gl.allocate_shared_memory(
-            op_dtype, [ROWS, 128], gl.NVMMASharedLayout.get_default_for([ROWS, 128], op_dtype), q_op16
-        )
-        fence_async_shared()
-        gl.thread_barrier()
-        if ROWS == 8:
-            q_op = q_smem.permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
-        else:
-            q_op = q_smem.permute((1, 0))
+        q_unwritten = gl.max(_is_nan(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
+        q_op = store_q_tile(logical_columns(_operand(q_raw, IS_FP8)), mma, ROWS)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = length - 8 + SLOT0
         maxima = alloc_maxima(PAD, PARTS, ROWS)

@@ -14,8 +14,8 @@ dimensions [32 tig, 32 tig + 32): two whole NVFP4 groups (2 tig, 2 tig + 1), 16 
 code bytes and 2 scale bytes. Each lane loads exactly those, decodes each group with the
 ``prmt`` asm block of ``dequant_prmt.py`` (16 fp16 values), and joins / permutes them into
 the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compile time that
-no data moves between threads. q is gathered in the same order into a [128, ROWS] shared
-tile once per program. Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
+no data moves between threads. q is loaded once per program in the same order
+(``column_order.py``). Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
 bytes (``fast.tables.scale_tables``, an L1-resident load per group) instead of being
 computed per group, which saves 5 of the group's 13 conversions.
 
@@ -39,11 +39,12 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, warpgroup_mma
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
+from .column_order import logical_columns, row_layout, store_q_tile
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
@@ -322,23 +323,15 @@ def score_kernel_wgmma(
         if PDL:
             if PREFETCH:
                 gdc_wait()  # for the q tile
-        # q, gathered in logical column order: row k of the shared tile is dimension d(k)
-        q_layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [4, 1], [0, 1])
-        k = gl.arange(0, 128, layout=gl.SliceLayout(1, q_layout))
-        d = 32 * ((k // 2) % 4) + 4 * (k // 16) + 2 * ((k // 8) % 2) + k % 2
-        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, q_layout))
-        tile = q_ptr + gl.load(q_sel_ptr) * q_set_stride + b.to(gl.int64) * (8 * HS * 128)
-        qb = gl.load(tile + qr[None, :] * 128 + d[:, None], mask=qr[None, :] < 8 * HS, other=0)
+        # q in logical column order, its rows loaded whole (column_order.py; tile sets lie a
+        # multiple of 16 bytes apart: score_pages checks q_set_stride)
+        q_layout: gl.constexpr = row_layout(16)
+        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
+        d = gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
+        tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
+        qb = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
         q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
-        q_smem = gl.allocate_shared_memory(
-            gl.float16, [128, ROWS], gl.NVMMASharedLayout.get_default_for([128, ROWS], gl.float16), q16
-        )
-        fence_async_shared()
-        gl.thread_barrier()
-        if ROWS == 8:  # mma.sync takes q from registers: loaded once
-            q_op = q_smem.load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
-        else:
-            q_op = q_smem
+        q_op = store_q_tile(logical_columns(q16), mma, ROWS)
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
         PAD: gl.constexpr = pad_pow2(PPP)
         maxima = alloc_maxima(PAD, PARTS, ROWS)

@@ -479,6 +479,8 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
                 part = by_line.get(number, "other")
             elif path.endswith("kernels/page_maxima.py"):
                 part = maxima_lines.get(number, "other")
+            elif path.endswith("kernels/column_order.py"):
+                part = "setup"  # q's tile, once per program
             elif "/triton/language/" in path:
                 part = "maximum"  # a reduction's combine (gl.max)
             else:

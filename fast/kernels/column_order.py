@@ -1,0 +1,54 @@
+"""The order of the dot product's 128 columns in the Gluon scorers (``scorer_wgmma.py``,
+``msa_scorer_mma.py``), and the load of a query tile's rows in that order.
+
+Why: a sum over the head dimension may be taken in any order if q is permuted alike. Both
+scorers give logical column k = 16 kb + 8 h + 2 tig + e (the MMA A fragment's: lane (gid,
+tig), k block kb, half h, element e) the physical dimension ``d(k) = 32 tig + 4 kb + 2 h +
+e``, so a lane's 32 columns of a token are 32 contiguous elements of the key row: whole
+NVFP4 groups, or 16-byte copies of E4M3 / BF16. q is then loaded as its rows lie (16 bytes
+a thread and load), put in the same order in registers, and stored k contiguous into a
+[ROWS, 128] shared tile that the MMA reads transposed.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
+from triton.runtime.jit import constexpr_function
+
+
+@constexpr_function
+def row_layout(vec):
+    """[ROWS, 128] rows as they lie in memory: ``vec`` elements (16 bytes) a thread and
+    load, the lanes of a warp along a row first, 4 warps."""
+    along = 128 // vec
+    return gl.BlockedLayout([1, vec], [32 // along, along], [4, 1], [1, 0])
+
+
+@gluon.jit
+def logical_columns(x):
+    """``x`` [R, 128] in physical dimension order, returned in logical column order:
+    column k of the result is dimension d(k) of ``x`` (a permutation of each thread's
+    registers wherever a thread holds whole groups of 32 dimensions)."""
+    r: gl.constexpr = x.shape[0]
+    x = gl.reshape(x, [r, 4, 8, 2, 2])  # [r, tig, kb, h, e]: d = 32 tig + 4 kb + 2 h + e
+    x = gl.permute(x, (0, 2, 3, 1, 4))  # [r, kb, h, tig, e]: k = 16 kb + 8 h + 2 tig + e
+    return gl.reshape(x, [r, 128])
+
+
+@gluon.jit
+def store_q_tile(q16, mma: gl.constexpr, ROWS: gl.constexpr):
+    """The MMA's q operand from q16 [ROWS, 128] (16-bit, logical column order): stored k
+    contiguous in shared memory, then for ROWS = 8 (``mma.sync``) loaded once into the B
+    operand's registers, else the tile's transposed view (wgmma reads it there)."""
+    q_smem = gl.allocate_shared_memory(
+        q16.dtype, [ROWS, 128], gl.NVMMASharedLayout.get_default_for([ROWS, 128], q16.dtype), q16
+    )
+    fence_async_shared()
+    gl.thread_barrier()
+    if ROWS == 8:
+        q_op = q_smem.permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+    else:
+        q_op = q_smem.permute((1, 0))
+    return q_op
