@@ -93,10 +93,15 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
 
 
 def _same_bytes(rows: list[dict]) -> str:
-    """What a bare read of the judged rows' bytes reached (``bench.same_bytes_section``), as
-    a figure's tail: the most a scorer of those sizes could show; "" where unmeasured."""
-    reads = [r["same_bytes_read"] for r in rows if "same_bytes_read" in r]
-    return f" (a bare read of the same bytes: {_span(reads)})" if reads else ""
+    """What a bare read of the judged rows' bytes reached (``bench.same_bytes_section``), and
+    each row's fraction of it, as a figure's tail: the most a scorer of those sizes could
+    show, and how near it the rows come; "" where unmeasured."""
+    read = [r for r in rows if r.get("same_bytes_read", 0) > 0]
+    if not read:
+        return ""
+    reads = _span([r["same_bytes_read"] for r in read])
+    near = _span([r["of_read_ceiling"] / r["same_bytes_read"] for r in read])
+    return f" (a bare read of the same bytes: {reads}; the rows reach {near} of it)"
 
 
 def _one_request(report: dict) -> dict:
