@@ -27,6 +27,20 @@ def row_layout(vec):
 
 
 @gluon.jit
+def load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS: gl.constexpr, SLOT0: gl.constexpr, ROWS: gl.constexpr):
+    """Request b's query rows SLOT0 * HS .. SLOT0 * HS + ROWS - 1 of the tile set
+    ``q_sel[0]`` as they lie: raw elements [ROWS, 128] in ``row_layout`` (16 bytes a thread
+    and load; rows past the tile's 8 * HS are 0). The tile is [B, 8, HS, 128] elements of
+    ``q_ptr``'s type at ``q_ptr + q_sel[0] * q_set_stride``, the stride a multiple of 16
+    elements (the host checks it)."""
+    layout: gl.constexpr = row_layout(128 // q_ptr.dtype.element_ty.primitive_bitwidth)
+    qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
+    tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
+    return gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
+
+
+@gluon.jit
 def logical_columns(x):
     """``x`` [R, 128] in physical dimension order, returned in logical column order:
     column k of the result is dimension d(k) of ``x`` (a permutation of each thread's

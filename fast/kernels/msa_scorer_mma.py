@@ -37,7 +37,7 @@ from triton.runtime.jit import constexpr_function
 
 from indexer_constants import HEAD_DIM, PAGE
 
-from .column_order import logical_columns, row_layout, store_q_tile
+from .column_order import load_q_rows, logical_columns, store_q_tile
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 
@@ -182,15 +182,10 @@ def msa_score_kernel_mma(
         for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
             _copy_half(ring, n, STAGES, k_ptr, blocks)
             async_copy.commit_group()
-        # q in logical column order, its rows loaded whole (column_order.py; tile sets lie
-        # whole tiles apart: score_blocks checks q_set_stride). A row holding a NaN element
-        # is unwritten: its scores come out NaN or not (the maxima may drop a NaN) and are
-        # stored as NaN either way, so its elements go in as they are.
-        q_layout: gl.constexpr = row_layout(VEC)
-        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
-        d = gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
-        tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
-        q_raw = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
+        # q in logical column order, its rows loaded whole (column_order.py). A row holding
+        # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
+        # NaN) and are stored as NaN either way, so its elements go in as they are.
+        q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q_unwritten = gl.max(_is_nan(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
         q_op = store_q_tile(logical_columns(_operand(q_raw, IS_FP8)), mma, ROWS)
         # the lowest position of a scored row: a block that ends at or before it needs no mask

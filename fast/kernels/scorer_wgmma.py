@@ -44,7 +44,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
-from .column_order import logical_columns, row_layout, store_q_tile
+from .column_order import load_q_rows, logical_columns, store_q_tile
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
@@ -323,13 +323,8 @@ def score_kernel_wgmma(
         if PDL:
             if PREFETCH:
                 gdc_wait()  # for the q tile
-        # q in logical column order, its rows loaded whole (column_order.py; tile sets lie a
-        # multiple of 16 bytes apart: score_pages checks q_set_stride)
-        q_layout: gl.constexpr = row_layout(16)
-        qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, q_layout))
-        d = gl.arange(0, 128, layout=gl.SliceLayout(0, q_layout))
-        tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
-        qb = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
+        # q in logical column order, its rows loaded whole (column_order.py)
+        qb = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
         q_op = store_q_tile(logical_columns(q16), mma, ROWS)
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
