@@ -48,6 +48,17 @@ def device_tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.dev
         raise ValueError(f"{name}: must be contiguous (strides {x.stride()})")
 
 
+def query_sets(q_sel, q_set_stride, device: torch.device, unit: str) -> None:
+    """A scorer's choice of query tile set: ``q_sel`` None or int64 [n] on ``device``;
+    ``q_set_stride`` an int >= 0 and a multiple of 16 ``unit`` (the Gluon scorers read a
+    query row in 16-byte pieces from every tile set). TypeError / ValueError otherwise."""
+    check_int("q_set_stride", q_set_stride, low=0)
+    if q_set_stride % 16:
+        raise ValueError(f"q_set_stride: must be a multiple of 16 {unit}, got {q_set_stride}")
+    if q_sel is not None:
+        device_tensor("q_sel", q_sel, torch.int64, 1, device)
+
+
 def plan_inputs(block_table, seq_lens, max_reqs: int, device: torch.device) -> int:
     """block_table int32 [B, P_table >= 1], seq_lens int32 [B], B <= max_reqs. Returns B."""
     device_tensor("block_table", block_table, torch.int32, 2, device)

@@ -128,10 +128,7 @@ def score_blocks(
     check_int("stride", stride, low=1)
     check_int("offset", offset, low=0, high=stride - 1)
     check_int("first_slot", first_slot, low=0, high=SLOTS - 1)
-    check_int("q_set_stride", q_set_stride, low=0)
-    if q_set_stride % 16:
-        # the mma kernel reads a query row in 16-byte pieces from every tile set
-        raise ValueError(f"q_set_stride: must be a multiple of 16 elements, got {q_set_stride}")
+    checks.query_sets(q_sel, q_set_stride, device, "elements")
     for name, x in (("k_cache", k_cache), ("block_table", block_table), ("out", out)):
         if x.device != device:
             raise ValueError(f"{name}: expected device {device} (q_tile's), got {x.device}")
@@ -140,8 +137,6 @@ def score_blocks(
         raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
     if block_table.stride(1) != 1:
         raise ValueError(f"block_table: columns must be contiguous (strides {block_table.stride()})")
-    if q_sel is not None:
-        checks.device_tensor("q_sel", q_sel, torch.int64, 1, device)
     if error is not None:
         checks.error_record(error, device)
     if pdl and device.type != "cuda":

@@ -19,7 +19,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from . import checks
 from .backend import pdl_options, sm_count
-from .checks import check_int, score_shapes
+from .checks import score_shapes
 from .kernels.guards import ERR_WORDS
 from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_table import score_kernel_table
@@ -89,12 +89,7 @@ def plan_scorer(
             raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, kernel={kernel!r})")
     if isinstance(first_slot, bool) or not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
         raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
-    check_int("q_set_stride", q_set_stride, low=0)
-    if q_set_stride % 16:
-        # the wgmma kernel reads a query row in 16-byte pieces from every tile set
-        raise ValueError(f"q_set_stride: must be a multiple of 16 bytes, got {q_set_stride}")
-    if q_sel is not None:
-        checks.device_tensor("q_sel", q_sel, torch.int64, 1, device)
+    checks.query_sets(q_sel, q_set_stride, device, "bytes")
     if error is not None:
         checks.error_record(error, device)
     if batch == 0 or width == 0:
