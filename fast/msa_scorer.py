@@ -184,7 +184,7 @@ def score_blocks(
         rows = mma_rows((SLOTS - first_slot) * hs)
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
         stages = ring_stages(k_cache.dtype, ppp, stages)
-        msa_score_kernel_mma[(batch, triton.cdiv(width, ppp))](
+        msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](
             *args, ROWS=rows, PPP=ppp, PARTS=mma_partials(rows, ppp), STAGES=stages, **common
         )
         return out

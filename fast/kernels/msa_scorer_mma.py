@@ -147,19 +147,26 @@ def msa_score_kernel_mma(
     PDL: gl.constexpr,
     STAGES: gl.constexpr,  # half-blocks in the cp.async ring (2 .. 2 PPP + 1): STAGES - 1 in flight
 ):
-    """Program (b, c) scores columns ``c * PPP ..`` of request b as ``msa_score_kernel``
-    does (the same contract, docs/DESIGN.md §10.2): a column is computed when its global
-    block ``g < min(ceil(len / 128), P)`` and stored in a row when also ``128 g <= pos``;
-    a row whose query holds a NaN element stores NaN; an id outside ``[0, N)`` is never
-    loaded, its stored rows get NaN and with RECORD the program's first is recorded (the
-    first writer of the record wins)."""
+    """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
+    ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
+    docs/DESIGN.md §10.2): a column is computed when its global block ``g < min(ceil(len /
+    128), P)`` and stored in a row when also ``128 g <= pos``; a row whose query holds a NaN
+    element stores NaN; an id outside ``[0, N)`` is never loaded, its stored rows get NaN
+    and with RECORD the program's first is recorded (the first writer of the record wins).
+
+    Why one axis with a request's programs adjacent: programs start in id order, so
+    neighbouring column chunks of a row run at the same time and their stores into the
+    row's 32-byte sectors land together. At 4 columns a program (N 32) a row's store is 16
+    bytes, half a sector; interleaving the requests (a [B, C] grid) measured slower there
+    (fast/tools/PERF.md), half sectors written far apart being the likely cause."""
     if ROWS == 8:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
     else:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    b = gl.program_id(0)
-    first = gl.program_id(1) * PPP
+    chunks = (width + PPP - 1) // PPP
+    b = gl.program_id(0) // chunks
+    first = (gl.program_id(0) % chunks) * PPP
     if PDL:
         gdc_wait()
     length = gl.load(lens_ptr + b)
