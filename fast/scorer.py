@@ -121,8 +121,10 @@ def plan_scorer(
         cap = wgmma_max_registers(live)
         if cap is not None:
             options["maxnreg"] = cap
-        # pages also as int64 (16-byte code loads), and the per-scale magnitude tables
-        args = (*head, pages, pages.view(torch.int64), scale_tables(device), *operands, *tail)
+        # pages also as int64 (16-byte code loads), and the per-scale magnitude tables with
+        # their entry's bytes (a run-time 8: score_kernel_wgmma's _GATHER_TABLE says why)
+        tables = scale_tables(device)
+        args = (*head, pages, pages.view(torch.int64), tables, tables.element_size(), *operands, *tail)
         return ScorerLaunch(score_kernel_wgmma, (batch, triton.cdiv(width, ppp)), args, options)
     # Under the interpreter each tensor op costs about the same whatever its size: score
     # many pages per op there. On a GPU one page per program keeps the tile in registers.

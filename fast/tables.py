@@ -87,4 +87,11 @@ def scale_tables(device) -> torch.Tensor:
 
 @functools.cache
 def _scale_tables(device: str) -> torch.Tensor:
-    return dequant_bytes()[:, :8].contiguous().view(torch.int64).reshape(256).to(device)
+    # 2 KB-aligned: the scorer adds 8 * scale to the low 32 bits of the table's address
+    # alone, which is exact only if the table never straddles a 4 GB boundary.
+    entries = dequant_bytes()[:, :8].contiguous().view(torch.int64).reshape(256)
+    room = torch.empty(2 * 256, dtype=torch.int64, device=device)
+    skip = (-room.data_ptr() % 2048) // 8
+    table = room[skip : skip + 256]
+    table.copy_(entries)
+    return table

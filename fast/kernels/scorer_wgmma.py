@@ -17,7 +17,9 @@ the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compi
 no data moves between threads. q is loaded once per program in the same order
 (``column_order.py``). Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
 bytes (``fast.tables.scale_tables``, an L1-resident load per group) instead of being
-computed per group, which saves 5 of the group's 13 conversions.
+computed per group, which saves 5 of the group's 13 conversions. The scale bytes and the
+table entries are loaded by a few lines of PTX (``_load_scales``, ``_gather_tables``)
+that keep their addressing off the ALU pipe, the one the decode fills.
 
 The MMA's N is the rows scored: a decode step fills only the tile's last query_len slots,
 and the kernel scores the rows from slot ``SLOT0`` on (``score_pages``' ``first_slot``), so
@@ -141,6 +143,48 @@ def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o
     return gl.reshape(x, [T, 128])
 
 
+# A scale byte loaded on its own, zero-extended (the ``_IF`` form: 0 where $2 is 0, nothing
+# read). Left to the compiler, a lane's two adjacent scale bytes become one 16-bit load that
+# two ALU-pipe instructions take apart again. Not pure: the loads stay where the kernel puts
+# them (after ``gdc_wait`` where the kernel waits before loading).
+_LOAD_SCALE = gl.constexpr("ld.global.u8 $0, [$1];")
+_LOAD_SCALE_IF = gl.constexpr("{\n.reg .pred p;\nsetp.ne.b32 p, $2, 0;\nmov.b32 $0, 0;\n@p ld.global.u8 $0, [$1];\n}")
+# Entry $1 of the table at {$3, $4} (low, high 32 bits of its address), $2 bytes an entry.
+# Only the low word is computed: the table is 2 KB-aligned (``scale_tables``), so it never
+# straddles a 4 GB boundary. ptxas turns a multiply-add by a literal 8 into LEA / LEA.HI.X
+# on the ALU pipe; by a runtime stride it stays one IMAD on the FMA pipe (the high word's
+# copy, when one is needed, is an IMAD.MOV).
+_GATHER_TABLE = gl.constexpr(
+    "{\n.reg .b32 lo;\n.reg .b64 at;\nmad.lo.u32 lo, $1, $2, $3;\nmov.b64 at, {lo, $4};\nld.global.b64 $0, [at];\n}"
+)
+
+
+@gluon.jit
+def _load_scales(ptrs, live, MASKED: gl.constexpr):
+    """int32 scale bytes at uint8 ``ptrs`` (any shape); MASKED: 0 where ``live`` (a
+    scalar) is false, nothing read."""
+    if MASKED:
+        on = gl.full(ptrs.shape, 0, gl.int32, ptrs.type.layout) + live.to(gl.int32)
+        return gl.inline_asm_elementwise(_LOAD_SCALE_IF, "=r,l,r", [ptrs, on], dtype=gl.int32, is_pure=False, pack=1)
+    return gl.inline_asm_elementwise(_LOAD_SCALE, "=r,l", [ptrs], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _gather_tables(scales, tab_ptr, tab_stride):
+    """int64 ``scale_tables`` entries of int32 ``scales`` (any shape): each group's 8
+    magnitudes, from L1. tab_stride: 8, the entry's bytes, as a runtime value."""
+    tab = tab_ptr.to(gl.int64)
+    zero = gl.zeros_like(scales)
+    return gl.inline_asm_elementwise(
+        _GATHER_TABLE,
+        "=l,r,r,r,r",
+        [scales, zero + tab_stride, zero + (tab & 0xFFFFFFFF).to(gl.int32), zero + (tab >> 32).to(gl.int32)],
+        dtype=gl.int64,
+        is_pure=True,
+        pack=1,
+    )
+
+
 @gluon.jit
 def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
     """int64 [64, 8] code words and int32 [64, 8] scale bytes of tokens [first_token,
@@ -150,11 +194,9 @@ def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
     g = gl.arange(0, 8, layout=gl.SliceLayout(0, _GROUP_LAYOUT))
     if MASKED:
         codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
-        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0)
     else:
         codes = gl.load(page_i64 + t[:, None] * 8 + g[None, :])
-        scales = gl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :])
-    return codes, scales.to(gl.int32)
+    return codes, _load_scales(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], live, MASKED)
 
 
 @gluon.jit
@@ -179,10 +221,11 @@ def _load_nth_block(
 
 
 @gluon.jit
-def _dequant_fragment(codes, scales, tab_ptr, a_layout: gl.constexpr):
+def _dequant_fragment(codes, scales, tab_ptr, tab_stride, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
-    ``a_layout`` without moving data (checked at compile time). tab_ptr: ``scale_tables``."""
-    tables = gl.load(tab_ptr + scales)  # each group's 8 magnitudes (int64), from L1
+    ``a_layout`` without moving data (checked at compile time). tab_ptr, tab_stride:
+    ``scale_tables`` and its entry's bytes (``_gather_tables``)."""
+    tables = _gather_tables(scales, tab_ptr, tab_stride)
     o = gl.inline_asm_elementwise(
         GROUP_ASM_TABLED,
         "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
@@ -210,6 +253,7 @@ def _block(
     k_ptr,
     k64_ptr,
     tab_ptr,
+    tab_stride,
     bt_row,
     first,
     n,
@@ -239,9 +283,9 @@ def _block(
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
     cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, GUARD)
     if LOADS_ONLY:
-        fold = fold ^ c0 ^ gl.load(tab_ptr + s0)
+        fold = fold ^ c0 ^ _gather_tables(s0, tab_ptr, tab_stride)
     else:
-        a = _dequant_fragment(c0, s0, tab_ptr, a_layout)
+        a = _dequant_fragment(c0, s0, tab_ptr, tab_stride, a_layout)
         if ROWS == 8:
             acc = mma_v2(a, q_op, zeros)
         else:
@@ -258,7 +302,8 @@ def score_kernel_wgmma(
     q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
     k_ptr,  # uint8 [N, 9216] pages
     k64_ptr,  # the same memory as int64 [N, 1152]
-    tab_ptr,  # int64 [256]: dequant_prmt.scale_tables
+    tab_ptr,  # int64 [256]: fast.tables.scale_tables (2 KB-aligned)
+    tab_stride,  # 8: its entry's bytes, passed at run time (_GATHER_TABLE says why)
     bt_ptr,
     lens_ptr,
     out_ptr,
@@ -344,6 +389,7 @@ def score_kernel_wgmma(
                         k_ptr,
                         k64_ptr,
                         tab_ptr,
+                        tab_stride,
                         bt_row,
                         first,
                         n,
@@ -374,6 +420,7 @@ def score_kernel_wgmma(
                         k_ptr,
                         k64_ptr,
                         tab_ptr,
+                        tab_stride,
                         bt_row,
                         first,
                         n,

@@ -134,7 +134,7 @@ def scorer_sass(
             "RECORD": False,
         }
         fields = list(_SIGNATURE.items())
-        fields.insert(5, ("tab_ptr", "*i64"))  # after k64_ptr: the scale tables
+        fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {
             k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD")
         }
@@ -398,6 +398,8 @@ def main_loop_mix(sass: str, mma: bool = True) -> collections.Counter:
 _FUNCTION_PART = {
     "_load_block": "loads",
     "_load_nth_block": "loads",
+    "_load_scales": "loads",
+    "_gather_tables": "loads",  # the scale tables, from L1
     "_advance": "loads",
     "_dequant_fragment": "decode",
     "_fragment": "decode",
@@ -456,9 +458,7 @@ def _scorer_line_parts() -> dict[int, str]:
             continue
         for i in lines:
             code = text[i - 1]
-            if name == "_dequant_fragment" and "gl.load(" in code:
-                parts[i] = "loads"  # the scale tables, from L1
-            elif name == "_block":
+            if name == "_block":
                 parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
             else:
                 parts[i] = _FUNCTION_PART.get(name, "other")
