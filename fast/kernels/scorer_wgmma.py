@@ -91,9 +91,10 @@ def max_registers(rows: int) -> int | None:
     """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
     (None: the compiler's choice).
 
-    Up to N = 16 the compiler's choice leaves one program per SM fewer than 80 registers
+    At N = 16 the compiler's choice (96) leaves one program per SM fewer than 80 registers
     would (registers go out per warp in units of 256), and 80 spills nothing there
-    (``tests/test_sass.py`` checks the spills); from N = 32 a cap spills."""
+    (``tests/test_sass.py`` checks the spills); at N = 8 the compiler picks 80 itself;
+    from N = 32 a cap spills."""
     return 80 if mma_rows(rows) <= 16 else None
 
 
