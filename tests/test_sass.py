@@ -15,6 +15,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "scorer.sass"
     cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
+    cmd += ["--load-use"] if kernel == "wgmma" else []
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "REG:" in done.stdout and "HGMMA" in done.stdout and "PRMT" in done.stdout
@@ -42,6 +43,10 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         counts = {k: int(v) for k, v in parts.items()}
         assert total and abs(sum(counts.values()) - int(total.group(1))) <= len(counts)  # (each rounded)
         assert max(counts, key=counts.get) == "decode" and counts["MMA"] > 0 and counts["other"] == 0
+        # every global load of the page loop has a first use: the code words' 16-byte loads
+        # and the scale bytes' one-byte ones each show up with their distances
+        uses = dict(re.findall(r"^  (LDG\S*) +(\d+) loads: min \d+", done.stdout, flags=re.M))
+        assert int(uses.get("LDG.E.128", 0)) > 0 and int(uses.get("LDG.E.U8", 0)) > 0, done.stdout
     else:
         assert stored >= 256  # tl.dot stages the tile: the difference the test above relies on
 

@@ -506,6 +506,49 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
     return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
 
 
+_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+_REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
+
+
+def _registers(operands: str) -> set[int]:
+    """The general registers an operand list names (``R8.64`` is R8 and R9)."""
+    named = set()
+    for number, wide in _REGISTER.findall(operands):
+        named.update((int(number), int(number) + 1) if wide else (int(number),))
+    return named
+
+
+def load_use_distances(sass: str) -> list[tuple[str, int]]:
+    """(opcode, instructions from the load to the first one reading its result) for every
+    global load (``LDG``) of a listing, in the listing's straight-line order — exact for an
+    unrolled body (the N 8 kernel), a lower bound across a loop's back edge (such loads, and
+    those whose result is overwritten unread, are left out). It shows how far ahead of its
+    use ptxas really issues a load the source issues blocks ahead."""
+    code = [(m.group(1), m.group(2)) for line in sass.splitlines() if (m := _INSTRUCTION.match(line))]
+    found = []
+    for i, (op, operands) in enumerate(code):
+        if not op.startswith("LDG"):
+            continue
+        target, _, _ = operands.partition(",")
+        first = min(_registers(target), default=None)
+        if first is None:
+            continue
+        width = {"128": 4, "64": 2}.get(op.rsplit(".", 1)[-1], 1)
+        loaded = set(range(first, first + width))
+        for j in range(i + 1, len(code)):
+            later_op, later = code[j]
+            head, _, rest = later.partition(",")
+            # a store reads its first operand too; anything else writes it
+            reads = _registers(later) if later_op.startswith(("ST", "RED", "ATOM")) else _registers(rest)
+            if loaded & reads:
+                found.append((op, j - i))
+                break
+            loaded -= _registers(head) if not later_op.startswith(("ST", "RED", "ATOM")) else set()
+            if not loaded:
+                break
+    return found
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt", "msa-fp8", "msa-bf16"), default="wgmma")
@@ -521,6 +564,11 @@ def main(argv=None) -> int:
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument("--parts", action="store_true", help="wgmma: instructions a page by part, against the budget")
     parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
+    parser.add_argument(
+        "--load-use",
+        action="store_true",
+        help="how many instructions ahead of its first use each global load is issued",
+    )
     args = parser.parse_args(argv)
     if args.kernels:
         print("\n".join(compile_kernels()))
@@ -562,6 +610,16 @@ def main(argv=None) -> int:
                 f"  {'total':<9} {total:6.0f} {total_alu:6.0f}  = {total / ISSUE_BUDGET:.2f} of the issue budget"
                 f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
             )
+    if args.load_use:
+        by_op = collections.defaultdict(list)
+        for op, distance in load_use_distances(sass):
+            by_op[op].append(distance)
+        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
+        block = "" if loop else f"; a 64-token block is ~{sum(instruction_mix(sass).values()) // (2 * pages)} of them"
+        print(f"global loads, instructions from each to its first use (straight-line order{block}):")
+        for op, seen in sorted(by_op.items()):
+            seen.sort()
+            print(f"  {op:<18} {len(seen):4d} loads: min {seen[0]}, median {seen[len(seen) // 2]}, max {seen[-1]}")
     if args.dump:
         with open(args.dump, "w") as f:
             f.write(sass)
