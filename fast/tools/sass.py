@@ -358,11 +358,12 @@ def compile_kernels() -> list[str]:
 
 def instruction_mix(sass: str) -> collections.Counter:
     """Opcode (without modifiers) -> count, over the SASS listing."""
-    ops = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", sass, flags=re.M)
-    return collections.Counter(ops)
+    return collections.Counter(re.findall(_OP.pattern, sass, flags=re.M))
 
 
-_OP = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+# An instruction line of nvdisasm's listing: its address, a predicate if any, the opcode.
+_LINE = r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?"
+_OP = re.compile(_LINE + r"([A-Z][A-Z0-9_]*)")
 
 
 def main_loop_span(sass: str, mma: bool = True) -> range:
@@ -506,7 +507,7 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
     return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
 
 
-_INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+_INSTRUCTION = re.compile(_LINE + r"([A-Z][A-Z0-9_.]*)\s*([^;]*);")  # opcode with modifiers, operands
 _REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
 
 
@@ -539,11 +540,12 @@ def load_use_distances(sass: str) -> list[tuple[str, int]]:
             later_op, later = code[j]
             head, _, rest = later.partition(",")
             # a store reads its first operand too; anything else writes it
-            reads = _registers(later) if later_op.startswith(("ST", "RED", "ATOM")) else _registers(rest)
-            if loaded & reads:
+            stores = later_op.startswith(("ST", "RED", "ATOM"))
+            if loaded & _registers(later if stores else rest):
                 found.append((op, j - i))
                 break
-            loaded -= _registers(head) if not later_op.startswith(("ST", "RED", "ATOM")) else set()
+            if not stores:
+                loaded -= _registers(head)
             if not loaded:
                 break
     return found
@@ -594,8 +596,8 @@ def main(argv=None) -> int:
     if loop:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
+    pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))  # the wgmma kernel's
     if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
-        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(
             f"a program of {pages} pages{'' if loop else ' (unrolled: the listing)'}: ~{total} instructions per thread"
@@ -614,8 +616,10 @@ def main(argv=None) -> int:
         by_op = collections.defaultdict(list)
         for op, distance in load_use_distances(sass):
             by_op[op].append(distance)
-        pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))
-        block = "" if loop else f"; a 64-token block is ~{sum(instruction_mix(sass).values()) // (2 * pages)} of them"
+        unrolled = args.kernel == "wgmma" and not loop
+        block = (
+            f"; a 64-token block is ~{sum(instruction_mix(sass).values()) // (2 * pages)} of them" if unrolled else ""
+        )
         print(f"global loads, instructions from each to its first use (straight-line order{block}):")
         for op, seen in sorted(by_op.items()):
             seen.sort()
