@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from .kernels.device import ERR_MERGE_TIMEOUT, ERR_Q_TIMEOUT
+from .kernels.device import ERR_MERGE_TIMEOUT, ERR_PAGE_COPY_TIMEOUT, ERR_Q_TIMEOUT
 from .kernels.guards import BAD_BLOCK, BAD_LENGTH, ERR_INPUT, ERR_PROTOCOL, ERR_WORDS
 
 _SPINS = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}
@@ -15,6 +15,12 @@ _SPINS = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}
 class PeerTimeoutError(RuntimeError):
     """A spin gave up: a peer never delivered its queries or candidates within the state's
     time bound. The layers' buffers may hold a stale step: ``reset()`` on every rank."""
+
+
+class PageCopyTimeoutError(RuntimeError):
+    """A page's bulk copy into the scorer's shared-memory ring did not land within the
+    ring's bound (``fast.kernels.page_ring``): the step's scores are not valid. A copy of
+    valid memory lands in microseconds; this names a device fault, not slow input."""
 
 
 class DecodeInputError(ValueError):
@@ -49,10 +55,13 @@ def new_record(device: torch.device) -> torch.Tensor:
 
 def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | None = None) -> None:
     """Raise what the error record holds (int32 [ERR_WORDS]; a host sync), or return:
-    PeerTimeoutError for a spin that gave up, else BadBlockIdError or BadLengthError for
+    PeerTimeoutError for a spin that gave up (PageCopyTimeoutError for the scorer's page
+    copy), else BadBlockIdError or BadLengthError for
     the first bad input seen. The record is left as it is (``reset()`` clears it)."""
     words = record.tolist()
     spin = words[ERR_PROTOCOL]
+    if spin == ERR_PAGE_COPY_TIMEOUT:
+        raise PageCopyTimeoutError(f"rank {rank}: a page's copy into the scorer's ring never landed; scores invalid")
     if spin:
         bound = f" within {timeout_s:g} s" if timeout_s is not None else ""
         what = _SPINS.get(spin, f"a spin (code {spin})")

@@ -1,11 +1,20 @@
 """GPU tier: the scorer's inline-PTX dequantization (fast/kernels/dequant_prmt.py) against the
 reference on every (scale byte, code) pair, alone and through each GPU scorer, and the GPU
-scorers (wgmma, prmt) against the table scorer."""
+scorers (wgmma fed from registers or through its shared-memory ring, prmt) against the
+table scorer; the ring's bounded wait."""
+
+import time
 
 import pytest
 import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 import reference
+from fast.errors import PageCopyTimeoutError, new_record, raise_recorded
+from fast.kernels import page_ring
+from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
+from fast.kernels.scorer_wgmma import mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
@@ -77,7 +86,52 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+@pytest.mark.parametrize(
+    "hs,ppp,ring",
+    [(1, 1, 1), (1, 2, 3), (1, 3, 2), (1, 5, 4), (1, 8, 3), (2, 8, 2), (2, 3, 2), (4, 4, 2), (4, 3, 1), (4, 1, 2)],
+)
+@pytest.mark.parametrize("pattern", ["exact", "ties"])
+def test_ring_fed_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, ring):
+    """The wgmma kernel fed through its shared-memory ring (page_ring.py) agrees with the
+    table path bit for bit at N 8 (mma.sync), 16 and 32 (wgmma, whose swizzled q tile the
+    ring's static arrays must not misalign) and every ring size that fits — more slots than
+    pages, pages not a multiple of the ring, rows ending inside a program (pages never
+    copied) — and records nothing."""
+    case = make_case(hs + 20, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
+    tile = query_tile(case.index_q, 2, 8).cuda()
+    operands = (tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda())
+    outs = []
+    record = new_record(torch.device("cuda"))
+    for shape in ({"kernel": "wgmma", "pages_per_program": ppp, "ring": ring}, {"kernel": "table"}):
+        out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
+        score_variant(*operands, out, error=record if shape["kernel"] == "wgmma" else None, **shape)
+        outs.append(out.cpu())
+    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+    assert record.tolist() == [0] * len(record)
+
+
+@gluon.jit
+def _wait_for_a_page_never_copied(err_ptr):
+    page_ring.declare(2)
+    gl.thread_barrier()
+    page_ring.wait(gl.program_id(0) >= 0, err_ptr, 1, 2)
+
+
+def test_the_rings_wait_gives_up_and_says_so():
+    """A wait for a copy that never comes returns after the ring's bound (not forever),
+    records the timeout in the protocol word, and check() names it."""
+    record = new_record(torch.device("cuda"))
+    start = time.monotonic()
+    _wait_for_a_page_never_copied[(2,)](record, num_warps=4)
+    torch.cuda.synchronize()
+    took = time.monotonic() - start
+    assert page_ring.WAIT_NS / 1e9 <= took < 30, took
+    assert record.tolist()[0] == ERR_PAGE_COPY_TIMEOUT
+    with pytest.raises(PageCopyTimeoutError):
+        raise_recorded(record)
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "ring", "prmt"])
 @pytest.mark.parametrize("hs", [1, 2, 4, 8])
 def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
     """first_slot (a decode step's q = 8 - first_slot live slots) shrinks the MMA's N —
@@ -93,14 +147,16 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
         want = full.clone()
         want[:, : first_slot * hs] = 1e30
         got = torch.full_like(want, 1e30).cuda()
+        ring = 2 if mma_rows((8 - first_slot) * hs) <= 32 else 0  # N 64 takes no ring
+        feed = {"kernel": "wgmma", "ring": ring} if kernel == "ring" else {"kernel": kernel}
         score_variant(
             tile.cuda(),
             case.k_cache.cuda(),
             case.block_table.cuda(),
             case.seq_lens.cuda(),
             got,
-            kernel=kernel,
             first_slot=first_slot,
+            **feed,
         )
         assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"first slot {first_slot}"
 

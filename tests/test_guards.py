@@ -9,7 +9,16 @@ import torch
 
 import reference
 from fast.cp import IndexerDecodeCP
-from fast.errors import BadBlockIdError, BadLengthError, DecodeInputError, new_record
+from fast.errors import (
+    BadBlockIdError,
+    BadLengthError,
+    DecodeInputError,
+    PageCopyTimeoutError,
+    PeerTimeoutError,
+    new_record,
+    raise_recorded,
+)
+from fast.kernels.device import ERR_MERGE_TIMEOUT, ERR_PAGE_COPY_TIMEOUT, ERR_Q_TIMEOUT
 from fast.scorer import score_pages
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
@@ -152,6 +161,25 @@ def test_the_first_bad_input_is_kept():
         state.check()
     e = info.value
     assert (type(e), e.request, e.column, e.value) in {(BadBlockIdError, 0, 5, -3), (BadLengthError, 3, -1, -4)}
+
+
+@pytest.mark.parametrize(
+    "code, raised",
+    [
+        (ERR_Q_TIMEOUT, PeerTimeoutError),
+        (ERR_MERGE_TIMEOUT, PeerTimeoutError),
+        (ERR_PAGE_COPY_TIMEOUT, PageCopyTimeoutError),
+    ],
+)
+def test_each_protocol_code_names_its_spin(code, raised):
+    """The protocol word's codes: a peer's spin (the exchange, the merge) and the scorer's
+    ring wait (a page copy that never landed) raise apart — only the first is a peer's."""
+    record = new_record(torch.device("cpu"))
+    record[0] = code
+    with pytest.raises(raised) as info:
+        raise_recorded(record, rank=3)
+    assert "rank 3" in str(info.value)
+    assert not (raised is PageCopyTimeoutError and isinstance(info.value, PeerTimeoutError))
 
 
 KERNELS = ["table"] + (["wgmma"] if DEV.type == "cuda" else [])

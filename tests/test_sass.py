@@ -15,7 +15,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "scorer.sass"
     cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
-    cmd += ["--load-use"] if kernel == "wgmma" else []
+    cmd += ["--load-use", "--ring", "0"] if kernel == "wgmma" else []  # the register-fed page loop
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "REG:" in done.stdout and "HGMMA" in done.stdout and "PRMT" in done.stdout
@@ -108,7 +108,7 @@ def test_register_cap_spills_nothing():
     8) and N = 16 (wgmma). Compiled in a child without the
     interpreter (Gluon cannot lower the interpreter's functions; in this process only a
     warm Triton cache would hide that)."""
-    from fast.kernels.scorer_wgmma import max_registers, mma_rows
+    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, ring_pages
 
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
@@ -122,10 +122,38 @@ def test_register_cap_spills_nothing():
         assert "STACK:0 " in usage and "LOCAL:0 " in usage, (
             f"Hs = {hs}, first slot {first_slot}: the register cap spills ({usage})"
         )
-        # mma.sync's pages unrolled (no page loop in the listing), wgmma's in a loop: each
-        # the faster form (scorer_wgmma's page loop)
+        # mma.sync's pages unrolled (no page loop in the listing), wgmma's in a loop unless
+        # the ring feeds it: each the faster form (scorer_wgmma's page loop)
+        rows = mma_rows((8 - first_slot) * hs)
         unrolled = "(unrolled: the listing)" in done.stdout
-        assert unrolled == (mma_rows((8 - first_slot) * hs) == 8), done.stdout
+        assert unrolled == (rows == 8 or ring_pages(rows, long_row_pages(rows)) > 0), done.stdout
+
+
+@pytest.mark.parametrize("hs, first_slot, ring", [(1, 0, 2), (4, 4, 2), (4, 0, 2)])
+def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
+    """The ring fed wgmma kernel (``page_ring.py``) at N 8 / 16 / 32, as the decode launches
+    it: one bulk copy a page and no global code loads; at most one CTA barrier a page beyond
+    the kernel's three (Gluon's shared-memory analysis, had it seen the ring, would put
+    about five around each copy); its register cap spills nothing."""
+    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows
+
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    dump = tmp_path / "ring.sass"
+    flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pdl", "--ring", str(ring), "--dump", str(dump)]
+    done = subprocess.run(
+        [sys.executable, "-m", "fast.tools.sass", *flags], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    usage = done.stdout.splitlines()[0]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    cap = max_registers((8 - first_slot) * hs)
+    assert cap is None or int(re.search(r"REG:(\d+)", usage).group(1)) <= cap, usage
+    sass = dump.read_text()
+    pages = long_row_pages(mma_rows((8 - first_slot) * hs))
+    assert sass.count("UBLKCP") == pages
+    assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
+    assert sass.count("BAR.SYNC") <= pages + 3, sass.count("BAR.SYNC")
 
 
 @pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])

@@ -22,6 +22,7 @@ _host_ns.__triton_builtin__ = True
 # The protocol word's codes (word 0 of a process's error record, ``guards``; check() reads it).
 ERR_Q_TIMEOUT = 1  # the q exchange never completed: a peer's query never arrived
 ERR_MERGE_TIMEOUT = 2  # a peer's candidates never arrived
+ERR_PAGE_COPY_TIMEOUT = 3  # a page's bulk copy into the scorer's ring never landed (page_ring.py)
 
 
 @triton.jit

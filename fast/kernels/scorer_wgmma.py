@@ -46,6 +46,7 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
+from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
@@ -98,6 +99,17 @@ def max_registers(rows: int) -> int | None:
     into PTX; a cap of 96 now compiles without spills but is not measured yet (PERF.md's
     leads)."""
     return 80 if mma_rows(rows) <= 16 else None
+
+
+def ring_pages(rows: int, pages: int) -> int:
+    """Pages in flight through the shared-memory ring (``page_ring.py``) at N = ``rows``
+    (``mma_rows``) with ``pages`` per program, or 0: the register pipeline of DEPTH blocks.
+
+    0 at every N: with its bounded wait the ring measured no faster than the registers at
+    N = 16 and slower at N = 8 and 32; the same ring with an unbounded wait was faster at
+    N = 16, which a bound may not make a kernel give up (fast/tools/PERF.md's leads). The
+    ring stays a variant (``variant_launch(..., ring=...)``, the bench's rows)."""
+    return 0
 
 
 def mma_rows(rows: int) -> int:
@@ -288,14 +300,49 @@ def _block(
     if LOADS_ONLY:
         fold = fold ^ c0 ^ _gather_tables(s0, tab_ptr, tab_stride)
     else:
-        a = _dequant_fragment(c0, s0, tab_ptr, tab_stride, a_layout)
-        if ROWS == 8:
-            acc = mma_v2(a, q_op, zeros)
-        else:
-            acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
-        run = page_max(acc, run, h, maxima, i, PARTS)
+        run = _score_block(c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS)
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run, fold
+
+
+@gluon.jit
+def _score_block(
+    codes,
+    scales,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    i,
+    h: gl.constexpr,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PARTS: gl.constexpr,
+):
+    """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
+    multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into
+    the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
+    a = _dequant_fragment(codes, scales, tab_ptr, tab_stride, a_layout)
+    if ROWS == 8:
+        acc = mma_v2(a, q_op, zeros)
+    else:
+        acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+    return page_max(acc, run, h, maxima, i, PARTS)
+
+
+@gluon.jit
+def _issue_page(k_ptr, bt_row, first, n, num_blocks, NTH: gl.constexpr, RING: gl.constexpr, GUARD: gl.constexpr):
+    """Start the program's page NTH on its way into the ring (``page_ring.issue``): the
+    cache's page 0 where the page's id lies outside ``[0, num_blocks)`` (its column gets NaN),
+    nothing past the row's n pages."""
+    j = first + NTH
+    live = j < n
+    page = gl.load(bt_row + j, mask=live, other=0)
+    if GUARD:
+        page = gl.where((page >= 0) & (page < num_blocks), page, 0)  # the guard: one compare a page
+    page_ring.issue(k_ptr + page.to(gl.int64) * _PAGE_BYTES, live, NTH, RING)
 
 
 @gluon.jit
@@ -320,7 +367,7 @@ def score_kernel_wgmma(
     SLOT0: gl.constexpr,  # the first slot scored: rows SLOT0 * HS .. 8 * HS - 1 (the step's queries)
     ROWS: gl.constexpr,  # mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
     PPP: gl.constexpr,  # pages per program
-    DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2
+    DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2 (RING 0)
     PDL: gl.constexpr,
     PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
@@ -328,6 +375,7 @@ def score_kernel_wgmma(
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
     GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
+    RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -362,12 +410,19 @@ def score_kernel_wgmma(
     n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
-        c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8, GUARD)
-        if DEPTH == 2:
-            c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8, GUARD)
+        if RING > 0:  # the ring's first RING pages on their way
+            page_ring.declare(RING)
+            gl.thread_barrier()  # the ring's mbarriers initialised for every thread
+            for p in gl.static_range(RING):
+                if p < PPP:
+                    _issue_page(k_ptr, bt_row, first, n, num_blocks, p, RING, GUARD)
         else:
-            c1, s1 = c0, s0
+            # a pipeline of DEPTH blocks in flight: c0/s0 is decoded now, c1/s1 next (DEPTH 2)
+            c0, s0 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8, GUARD)
+            if DEPTH == 2:
+                c1, s1 = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8, GUARD)
+            else:
+                c1, s1 = c0, s0
         if PDL:
             if PREFETCH:
                 gdc_wait()  # for the q tile
@@ -384,8 +439,21 @@ def score_kernel_wgmma(
         # Unrolled at N = 8: the pipeline's blocks then stay in their registers instead of
         # moving one slot on per trip (20 moves a page), and the scale bytes' extraction
         # folds. The wgmma kernel is slower unrolled (its code grows past what it saves), so
-        # it keeps the loop.
-        if ROWS == 8:
+        # it keeps the loop. The ring unrolls at every N: its slots and phases are constants.
+        if RING > 0:
+            base = page_ring.ring_base(_GROUP_LAYOUT)
+            for i in gl.static_range(PPP):
+                page_ring.wait(first + i < n, err_ptr, i, RING)
+                for h in gl.static_range(2):
+                    codes = page_ring.read_codes(base, i, h, RING)
+                    scales = page_ring.read_scales(base, i, h, RING)
+                    run = _score_block(
+                        codes, scales, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS
+                    )
+                if i + RING < PPP:
+                    gl.thread_barrier()  # every warp is done with page i's slot
+                    _issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, GUARD)
+        elif ROWS == 8:
             for i in gl.static_range(PPP):
                 for h in gl.static_range(2):  # the page's two blocks
                     c0, s0, c1, s1, run, fold = _block(

@@ -214,7 +214,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         measure(pool, ctx, batch, hs, q)
     # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
     # (tile staged through shared memory) at its default, the wgmma kernel's pages per
-    # program and blocks ahead, the wgmma kernel without its register cap, and without its
+    # program and blocks ahead (fed from registers), its feed (registers, or 1-2 pages in
+    # its shared-memory ring), the wgmma kernel without its register cap, and without its
     # block-id guard (the guard's cost: the default row over this one, in the same run).
     variants = (
         [dict(kernel="table", pages_per_program=1), dict(kernel="prmt")]
@@ -222,6 +223,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
             dict(kernel="wgmma", pages_per_program=v, blocks_ahead=a)
             for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
         ]
+        + [dict(kernel="wgmma", pages_per_program=8, ring=r) for r in (0, 1, 2)]
         + [dict(kernel="wgmma", register_cap=None), dict(kernel="wgmma", guard=False)]
     )
     for hs in (1, 4):

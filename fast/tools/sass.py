@@ -38,6 +38,7 @@ from ..kernels.scorer_wgmma import (
     long_row_pages,
     max_registers,
     mma_rows,
+    ring_pages,
     rows_for,
     score_kernel_wgmma,
 )
@@ -91,13 +92,15 @@ def scorer_sass(
     first_slot: int = 0,
     pdl: bool = False,
     lines: bool = False,
+    ring: int | None = None,
 ) -> tuple[str, str]:
     """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
     mma kernel "msa-fp8" / "msa-bf16") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
     pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait;
-    lines: the listing carries nvdisasm's source lines, for ``source_parts``)."""
+    lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
+    pages in its shared-memory ring, 0 for the register pipeline, None its policy)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -132,11 +135,12 @@ def scorer_sass(
             "RELEASE": False,
             "PARTS": partial_maxima(rows, ppp),
             "RECORD": False,
+            "RING": ring_pages(rows, ppp) if ring is None else ring,
         }
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {
-            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD")
+            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD", "RING")
         }
         src = GluonASTSource(
             fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
@@ -402,6 +406,7 @@ _FUNCTION_PART = {
     "_load_scales": "loads",
     "_gather_tables": "loads",  # the scale tables, from L1
     "_advance": "loads",
+    "_issue_page": "loads",  # the ring's copies (page_ring.py's lines are loads too)
     "_dequant_fragment": "decode",
     "_fragment": "decode",
 }
@@ -459,7 +464,7 @@ def _scorer_line_parts() -> dict[int, str]:
             continue
         for i in lines:
             code = text[i - 1]
-            if name == "_block":
+            if name in ("_block", "_score_block"):
                 parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
             else:
                 parts[i] = _FUNCTION_PART.get(name, "other")
@@ -482,6 +487,8 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
                 part = maxima_lines.get(number, "other")
             elif path.endswith("kernels/column_order.py"):
                 part = "setup"  # q's tile, once per program
+            elif path.endswith("kernels/page_ring.py"):
+                part = "loads"  # the ring's copies, waits and reads from shared memory
             elif "/triton/language/" in path:
                 part = "maximum"  # a reduction's combine (gl.max)
             else:
@@ -561,6 +568,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument(
+        "--ring", type=int, help="wgmma only: pages in its shared-memory ring, 0 for registers (default: its policy)"
+    )
+    parser.add_argument(
         "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
     )
     parser.add_argument("--dump", help="write the SASS here")
@@ -585,6 +595,7 @@ def main(argv=None) -> int:
         args.first_slot,
         args.pdl,
         args.parts,
+        args.ring,
     )
     print(
         f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''} "

@@ -14,6 +14,7 @@ from .. import scorer
 from ..backend import pdl_options
 from ..checks import score_shapes
 from ..kernels.page_maxima import partial_maxima
+from ..kernels.page_ring import MAX_RING, max_ring
 from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 from ..kernels.scorer_wgmma import rows_for
 
@@ -39,17 +40,22 @@ def variant_launch(
     num_warps: int = 4,
     loads_only: bool = False,
     guard: bool = True,
+    ring: int | None = None,
+    error: torch.Tensor | None = None,
 ) -> scorer.ScorerLaunch | None:
     """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
 
     kernel: "wgmma", "prmt" (GPUs) or "table". pages_per_program: pages per program (the
     default is each kernel's policy). blocks_ahead: the wgmma kernel's 64-token blocks in
-    flight while one is decoded (1 or 2). register_cap: the wgmma kernel's registers per
+    flight while one is decoded (1 or 2; the register pipeline, ring 0). register_cap: the wgmma kernel's registers per
     thread: "auto" (its policy), None (the compiler's choice) or 64..255. tokens_per_dot,
     num_warps: the prmt kernel's tokens per MMA block (64 or 128) and warps. loads_only:
     the wgmma kernel's probe of its memory side — the same loads, no decode, no MMA,
     ``out`` untouched. guard: False drops the wgmma kernel's block-id guard (the benchmark's
-    measure of its cost; the decode always guards). None where there is nothing to score.
+    measure of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the
+    register pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``),
+    None its policy. error: an error record (``fast.errors.new_record``) the wgmma and
+    table kernels write a bad id or a ring timeout to. None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
@@ -64,6 +70,9 @@ def variant_launch(
     cap_ok = register_cap is None or (isinstance(register_cap, int) and 64 <= register_cap <= 255)
     if register_cap != "auto" and (kernel != "wgmma" or not cap_ok):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
+    register_fed = loads_only or blocks_ahead
+    if ring is not None and (kernel != "wgmma" or ring not in range(MAX_RING + 1) or (ring and register_fed)):
+        raise ValueError(f"ring: {ring!r} (the wgmma kernel's: 0 .. {MAX_RING}; 0 with loads_only or blocks_ahead)")
     if not guard and kernel != "wgmma":
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
@@ -76,7 +85,9 @@ def variant_launch(
         return _prmt_launch(
             q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps
         )
-    launch = scorer.plan_scorer(q_tile, k_cache, block_table, lens, out, first_slot=first_slot, kernel=kernel)
+    launch = scorer.plan_scorer(
+        q_tile, k_cache, block_table, lens, out, first_slot=first_slot, kernel=kernel, error=error
+    )
     if launch is None:
         return None
     batch, width = out.shape[0], out.shape[2]
@@ -85,6 +96,9 @@ def variant_launch(
         if pages_per_program:
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
+        o["RING"] = 0 if register_fed else o["RING"] if ring is None else ring
+        if o["RING"] > max_ring(o["ROWS"]):
+            raise ValueError(f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}")
         o["LOADS_ONLY"] = bool(loads_only)
         o["GUARD"] = bool(guard)
         if register_cap != "auto":
