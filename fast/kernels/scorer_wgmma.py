@@ -95,9 +95,8 @@ def max_registers(rows: int) -> int | None:
     At N = 16 the compiler's choice (96) leaves one program per SM fewer than 80 registers
     would (registers go out per warp in units of 256), and 80 spills nothing there
     (``tests/test_sass.py`` checks the spills); at N = 8 the compiler picks 80 itself. From
-    N = 32 the compiler's choice stands: caps spilled there until the scale loads moved
-    into PTX; a cap of 96 now compiles without spills but is not measured yet (PERF.md's
-    leads)."""
+    N = 32 the compiler's choice stands: a cap of 96 (5 programs an SM, no spills since the
+    scale loads moved into PTX) measured no faster (PERF.md)."""
     return 80 if mma_rows(rows) <= 16 else None
 
 
