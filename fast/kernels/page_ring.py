@@ -2,14 +2,14 @@
 one bulk copy a page (``cp.async.bulk``, 9216 bytes, completing on an mbarrier), issued by
 one thread; every thread then reads its own code words and scale bytes from shared memory.
 
-Why: fed from registers, the scorer's block loads are what ptxas moves — at 80 registers it
-issues each block's loads 15-234 instructions before their use instead of two blocks
+Why: fed from registers, the scorer's block loads are what ptxas moves — short of
+registers it issues each block's loads shortly before their use instead of two blocks
 ahead (``python -m fast.tools.sass --load-use``), and the warps wait on them. A page in
 flight in shared memory holds no register, and one instruction moves it.
 
 Why PTX: Gluon's shared-memory analysis sees neither that a thread reads back only bytes
 a copy has landed (the mbarrier says so) nor that one thread issues the copies, and puts
-a CTA barrier around every copy and mbarrier operation (five a page, measured). Here the
+a CTA barrier around every copy and mbarrier operation. Here the
 ring is a ``.shared`` array the analysis never sees; the kernel frees a slot with the one
 barrier a page it issues itself. Every slot, phase and offset is a compile-time constant
 spelled into the instruction (``[name+offset]``): the ring costs no register and no
@@ -29,7 +29,9 @@ skipped copy never leaves a later wait on its slot.
 The wait is bounded on the GPU's global timer (``WAIT_NS``): a copy that has not landed by
 then records ``ERR_PAGE_COPY_TIMEOUT`` in the error record's protocol word and the program
 goes on (its scores are then garbage, and ``check()`` says so). A bulk copy of valid memory
-lands in microseconds; the bound exists so that nothing can hang.
+lands in microseconds; the bound exists so that nothing can hang. The policy
+(``scorer_wgmma.ring_pages``) does not use the ring today: with this bound it measured no
+faster than the register pipeline (fast/tools/PERF.md).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from indexer_constants import CODE_BYTES, PAGE_BYTES
 from .device import ERR_PAGE_COPY_TIMEOUT
 from .guards import ERR_PROTOCOL
 
-MAX_RING = 4  # the largest ring any policy asks for (the asm tables below are built up to it)
+MAX_RING = 4  # the largest ring the asm tables below are built for
 
 
 def max_ring(rows: int) -> int:
@@ -92,8 +94,9 @@ def _wait_asm(slot: int, phase: int) -> str:
     """A live page ($1 != 0): spin until slot ``slot``'s mbarrier completes phase ``phase``,
     at most WAIT_NS on the global timer; on the bound, record the timeout at $2 (the error
     record's protocol word, first code kept) and return. The timer is read once every
-    _POLLS polls (it starts at the _POLLS-th): a read at every poll delays the wake-up after
-    the copy lands, and measured 0.01-0.03 of the read ceiling slower."""
+    _POLLS polls (the clock starts at the _POLLS-th), so the poll loop stays two
+    instructions; each poll is bounded by ``try_wait``'s own time limit, so the polls before
+    the clock starts are too."""
     bar = f"[{_BARS}+{8 * slot}]"
     return (
         "{\n.reg .pred p, q;\n.reg .b32 k, r;\n.reg .b64 t0, t;\n"
