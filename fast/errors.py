@@ -56,8 +56,8 @@ def new_record(device: torch.device) -> torch.Tensor:
 def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | None = None) -> None:
     """Raise what the error record holds (int32 [ERR_WORDS]; a host sync), or return:
     PeerTimeoutError for a spin that gave up (PageCopyTimeoutError for the scorer's page
-    copy), else BadBlockIdError or BadLengthError for
-    the first bad input seen. The record is left as it is (``reset()`` clears it)."""
+    copy), else BadBlockIdError or BadLengthError for the first bad input seen. The record
+    is left as it is (``reset()`` clears it)."""
     words = record.tolist()
     spin = words[ERR_PROTOCOL]
     if spin == ERR_PAGE_COPY_TIMEOUT:

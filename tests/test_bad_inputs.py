@@ -420,6 +420,7 @@ FAST_SCORER = [
     Row("variant-ahead-on-table", _variant(blocks_ahead=2, kernel="table"), ValueError, "blocks_ahead"),
     Row("variant-loads-only-on-table", _variant(loads_only=True, kernel="table"), ValueError, "loads_only"),
     Row("variant-ring-5", _variant(ring=5, kernel="wgmma"), ValueError, "ring"),
+    Row("variant-ring-float", _variant(ring=2.0, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-on-table", _variant(ring=2, kernel="table"), ValueError, "ring"),
     Row("variant-ring-with-blocks-ahead", _variant(ring=2, blocks_ahead=2, kernel="wgmma"), ValueError, "ring"),
     Row("variant-cap-300", _variant(register_cap=300, kernel="wgmma"), ValueError, "register_cap"),

@@ -47,8 +47,9 @@ def variant_launch(
 
     kernel: "wgmma", "prmt" (GPUs) or "table". pages_per_program: pages per program (the
     default is each kernel's policy). blocks_ahead: the wgmma kernel's 64-token blocks in
-    flight while one is decoded (1 or 2; the register pipeline, ring 0). register_cap: the wgmma kernel's registers per
-    thread: "auto" (its policy), None (the compiler's choice) or 64..255. tokens_per_dot,
+    flight while one is decoded (1 or 2; the register pipeline, ring 0). register_cap: the
+    wgmma kernel's registers per thread: "auto" (its policy), None (the compiler's choice)
+    or 64..255. tokens_per_dot,
     num_warps: the prmt kernel's tokens per MMA block (64 or 128) and warps. loads_only:
     the wgmma kernel's probe of its memory side — the same loads, no decode, no MMA,
     ``out`` untouched. guard: False drops the wgmma kernel's block-id guard (the benchmark's
@@ -71,7 +72,8 @@ def variant_launch(
     if register_cap != "auto" and (kernel != "wgmma" or not cap_ok):
         raise ValueError(f"register_cap: {register_cap!r} (the wgmma kernel's: 'auto', None or 64..255)")
     register_fed = loads_only or blocks_ahead
-    if ring is not None and (kernel != "wgmma" or ring not in range(MAX_RING + 1) or (ring and register_fed)):
+    ring_ok = isinstance(ring, int) and 0 <= ring <= MAX_RING and not (ring and register_fed)
+    if ring is not None and (kernel != "wgmma" or not ring_ok):
         raise ValueError(f"ring: {ring!r} (the wgmma kernel's: 0 .. {MAX_RING}; 0 with loads_only or blocks_ahead)")
     if not guard and kernel != "wgmma":
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
