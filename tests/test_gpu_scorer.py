@@ -147,7 +147,7 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
         want = full.clone()
         want[:, : first_slot * hs] = 1e30
         got = torch.full_like(want, 1e30).cuda()
-        ring = 2 if mma_rows((8 - first_slot) * hs) <= 32 else 0  # N 64 takes no ring
+        ring = min(2, page_ring.max_ring(mma_rows((8 - first_slot) * hs)))  # N 64 takes no ring
         feed = {"kernel": "wgmma", "ring": ring} if kernel == "ring" else {"kernel": kernel}
         score_variant(
             tile.cuda(),
