@@ -427,6 +427,10 @@ FAST_SCORER = [
     Row("variant-cap-on-table", _variant(register_cap=80, kernel="table"), ValueError, "register_cap"),
     Row("variant-pages-per-program-0", _variant(pages_per_program=0), ValueError, "pages_per_program"),
 ]
+if DEV.type == "cuda":  # the wgmma kernel's shapes: a GPU's (elsewhere the kernel is refused first)
+    # N 32 (4 heads, 8 slots) with 8 pages a program: its maxima leave no room for a ring
+    past = _variant(ring=1, pages_per_program=8, kernel="wgmma")
+    FAST_SCORER += [Row("variant-ring-past-shared", past, ValueError, "ring")]
 
 API_ROWS = (
     _reference_rows()

@@ -14,7 +14,7 @@ import reference
 from fast.errors import PageCopyTimeoutError, new_record, raise_recorded
 from fast.kernels import page_ring
 from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
-from fast.kernels.scorer_wgmma import mma_rows
+from fast.kernels.scorer_wgmma import long_row_pages, max_ring, mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
@@ -88,7 +88,20 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
 
 @pytest.mark.parametrize(
     "hs,ppp,ring",
-    [(1, 1, 1), (1, 2, 3), (1, 3, 2), (1, 5, 4), (1, 8, 3), (2, 8, 2), (2, 3, 2), (4, 4, 2), (4, 3, 1), (4, 1, 2)],
+    [
+        (1, 1, 1),
+        (1, 2, 3),
+        (1, 3, 2),
+        (1, 5, 4),
+        (1, 8, 3),
+        (2, 8, 2),
+        (2, 3, 2),
+        (2, 4, 3),
+        (4, 4, 2),
+        (4, 3, 1),
+        (4, 1, 2),
+        (4, 1, 4),
+    ],
 )
 @pytest.mark.parametrize("pattern", ["exact", "ties"])
 def test_ring_fed_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, ring):
@@ -114,18 +127,19 @@ def test_ring_fed_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, ring):
 def _wait_for_a_page_never_copied(err_ptr):
     page_ring.declare(2)
     gl.thread_barrier()
-    page_ring.wait(gl.program_id(0) >= 0, err_ptr, 1, 2)
+    page_ring.report(page_ring.wait(gl.program_id(0) >= 0, 1, 2), err_ptr)
 
 
 def test_the_rings_wait_gives_up_and_says_so():
-    """A wait for a copy that never comes returns after the ring's bound (not forever),
-    records the timeout in the protocol word, and check() names it."""
+    """A wait for a copy that never comes returns after the ring's bound (POLLS polls, each
+    suspended by the hardware: not at once, not forever), records the timeout in the
+    protocol word, and check() names it."""
     record = new_record(torch.device("cuda"))
     start = time.monotonic()
     _wait_for_a_page_never_copied[(2,)](record, num_warps=4)
     torch.cuda.synchronize()
     took = time.monotonic() - start
-    assert page_ring.WAIT_NS / 1e9 <= took < 30, took
+    assert 0.01 <= took < 10, took
     assert record.tolist()[0] == ERR_PAGE_COPY_TIMEOUT
     with pytest.raises(PageCopyTimeoutError):
         raise_recorded(record)
@@ -147,7 +161,8 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
         want = full.clone()
         want[:, : first_slot * hs] = 1e30
         got = torch.full_like(want, 1e30).cuda()
-        ring = min(2, page_ring.max_ring(mma_rows((8 - first_slot) * hs)))  # N 64 takes no ring
+        rows = mma_rows((8 - first_slot) * hs)
+        ring = min(2, max_ring(rows, long_row_pages(rows)))  # N 64 takes no ring
         feed = {"kernel": "wgmma", "ring": ring} if kernel == "ring" else {"kernel": kernel}
         score_variant(
             tile.cuda(),

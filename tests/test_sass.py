@@ -134,8 +134,10 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     """The ring fed wgmma kernel (``page_ring.py``) at N 8 / 16 / 32, as the decode launches
     it: one bulk copy a page and no global code loads; at most one CTA barrier a page beyond
     the kernel's three (Gluon's shared-memory analysis, had it seen the ring, would put
-    about five around each copy); its register cap spills nothing."""
-    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows
+    about five around each copy); its register cap spills nothing; its shared memory is
+    what ``max_ring`` counts; a landed page's wait takes no branch."""
+    from fast.kernels import page_ring
+    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, shared_bytes
 
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
@@ -152,8 +154,41 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     sass = dump.read_text()
     pages = long_row_pages(mma_rows((8 - first_slot) * hs))
     assert sass.count("UBLKCP") == pages
+    # the ring's arrays beside the kernel's dynamic buffers, as max_ring counts them
+    static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in (" SHARED", "DYNAMIC"))
+    assert dynamic == shared_bytes(mma_rows((8 - first_slot) * hs), pages), usage
+    assert static == page_ring.BASE_STATIC + page_ring.ring_bytes(ring), usage
+    assert static + dynamic <= page_ring.SHARED_LIMIT, usage
     assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
     assert sass.count("BAR.SYNC") <= pages + 3, sass.count("BAR.SYNC")
+    # A landed page's wait takes no branch: between each poll and the page's first shared
+    # read, the one branch is the poll loop's retry (taken only on a failed poll). A bound
+    # with a slow path of its own puts a branch taken at every wait here.
+    listing = [line.split("*/", 1)[1].strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    for at, line in enumerate(listing):
+        if "TRYWAIT" in line:
+            read = next(k for k in range(at, len(listing)) if listing[k].startswith("LDS"))
+            branches = [b for b in listing[at:read] if "BRA" in b]
+            assert len(branches) == 1 and branches[0].startswith("@!P"), branches
+    assert sass.count("TRYWAIT") == pages  # one poll a page, the retry inside its loop
+
+
+@pytest.mark.parametrize("hs, first_slot, pages", [(4, 0, 8), (4, 0, 3), (1, 0, 3), (4, 4, 1), (8, 0, 4)])
+def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot, pages):
+    """``shared_bytes`` (what ``max_ring`` leaves the kernel's own buffers) is the dynamic
+    shared memory the compiled kernel asks for, at N 8 (q's tile reused), 16, 32 and 64 and
+    page counts that pad — an undercount lets a ring through that fails at launch."""
+    from fast.kernels.scorer_wgmma import mma_rows, shared_bytes
+
+    env = dict(os.environ, FAST_COMPILE_ONLY="1")
+    env.pop("TRITON_INTERPRET", None)
+    flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl", "--ring", "0"]
+    done = subprocess.run(
+        [sys.executable, "-m", "fast.tools.sass", *flags], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    usage = done.stdout.splitlines()[0]
+    assert f"DYNAMIC:{shared_bytes(mma_rows((8 - first_slot) * hs), pages)}" in usage, usage
 
 
 @pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])

@@ -166,16 +166,15 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
 
 def test_the_ring_policy_only_asks_for_rings_that_launch():
     """Every (N, pages per program) the decode can launch gets a ring the kernel's shared
-    memory leaves room for (``page_ring.max_ring``: a larger one fails at launch)."""
-    from fast.kernels.page_ring import max_ring
-    from fast.kernels.scorer_wgmma import mma_rows, pages_per_program, ring_pages
+    memory leaves room for (``max_ring``: a larger one fails at launch)."""
+    from fast.kernels.scorer_wgmma import max_ring, mma_rows, pages_per_program, ring_pages
 
     for live in range(1, 65):
         rows = mma_rows(live)
         for batch, width in ((1, 64), (8, 1024), (32, 8192), (64, 4096)):
             ppp = pages_per_program(batch, width, 132, rows)
             ring = ring_pages(rows, ppp)
-            assert 0 <= ring <= max_ring(rows), (rows, ppp, ring)
+            assert 0 <= ring <= max_ring(rows, ppp), (rows, ppp, ring)
 
 
 def test_every_scale_and_code_scores_exactly():

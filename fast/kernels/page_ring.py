@@ -19,19 +19,25 @@ Protocol (a kernel that unrolls its pages; ``declare`` once per program, ring sl
 ``i % RING`` holds page i):
 - ``issue(page_ptr, live, i, RING)`` before page i is needed (i < RING: in the prologue;
   else right after the barrier that ends page i - RING, which frees the slot);
-- ``wait(live, err_ptr, i, RING)`` before reading it (the slot's mbarrier, phase
-  (i // RING) % 2);
+- ``wait(live, i, RING)`` before reading it (the slot's mbarrier, phase (i // RING) % 2),
+  its flags ORed over the pages and handed to ``report`` once, after them;
 - ``read_codes`` / ``read_scales`` for each 64-token block.
 A page that is not live (past the row) is neither copied nor waited for; its slot keeps
 stale bytes, whose scores are never stored. Live pages are a prefix of the program's, so a
 skipped copy never leaves a later wait on its slot.
 
-The wait is bounded on the GPU's global timer (``WAIT_NS``): a copy that has not landed by
-then records ``ERR_PAGE_COPY_TIMEOUT`` in the error record's protocol word and the program
-goes on (its scores are then garbage, and ``check()`` says so). A bulk copy of valid memory
-lands in microseconds; the bound exists so that nothing can hang. The policy
-(``scorer_wgmma.ring_pages``) does not use the ring today: with this bound it measured no
-faster than the register pipeline (fast/tools/PERF.md).
+The wait is bounded by a count of polls (``POLLS``), each ``mbarrier.try_wait`` suspending
+the thread until the phase completes or the hardware's own time limit passes (about 4 µs
+on an H200, with or without a suspend-time hint): ~0.13 s in all. A bound on the timer
+instead needs a slow path (read the clock, compare), which ptxas lays inline in front of
+the page's reads, so every wait takes a branch over it. The count's step and test ride in
+the poll loop's one block, which ptxas keeps as it keeps a bare poll loop. A
+wait that gives up flags the thread; the kernel ORs the flags over its pages and
+``report`` records ``ERR_PAGE_COPY_TIMEOUT`` once in the error record's protocol word,
+and ``check()`` raises (its scores are garbage). A bulk copy of valid memory lands in
+microseconds; the bound exists so that nothing can hang, and a count does not fire
+while the GPU is preempted, as a timer would. The policy (``scorer_wgmma.ring_pages``)
+says where the ring is used.
 """
 
 from __future__ import annotations
@@ -47,16 +53,27 @@ from .guards import ERR_PROTOCOL
 MAX_RING = 4  # the largest ring the asm tables below are built for
 
 
-def max_ring(rows: int) -> int:
-    """The largest ring the wgmma kernel may take at N = ``rows``: its static arrays (RING
-    pages and 1 KB) plus the kernel's dynamic shared memory (q's tile, the page maxima)
-    must fit the 48 KB a launch gets without opting in — Triton opts in by the dynamic
-    size alone, so a larger total fails at launch ("invalid argument"). 0: no ring (N 64)."""
-    return {8: MAX_RING, 16: 2, 32: 2}.get(rows, 0)
+SHARED_LIMIT = 48 * 1024  # static + dynamic shared memory a launch gets without opting in
+BASE_STATIC = 1024  # the static shared memory every kernel's cubin declares, ring or not
+_BAR_BYTES = 1024  # the ring's mbarriers, padded: its arrays keep the 1 KB alignment below
 
 
-WAIT_NS = 100_000_000  # a wait's bound: 0.1 s, ~10^4 times a copy's latency
-_POLLS = 1024  # polls between two reads of the global timer (a power of 2)
+def ring_bytes(ring: int) -> int:
+    """Static shared memory the ring's arrays take: ``ring`` pages and 1 KB of mbarriers
+    (0 without a ring)."""
+    return PAGE_BYTES * ring + _BAR_BYTES if ring else 0
+
+
+def max_ring(dynamic_bytes: int) -> int:
+    """The largest ring (at most MAX_RING) a kernel with ``dynamic_bytes`` of dynamic shared
+    memory may declare: its arrays, the cubin's own 1 KB and the dynamic buffers must fit
+    SHARED_LIMIT — Triton opts in to more by the dynamic size alone, so a larger total
+    fails at launch ("invalid argument")."""
+    fits = [r for r in range(MAX_RING + 1) if BASE_STATIC + ring_bytes(r) + dynamic_bytes <= SHARED_LIMIT]
+    return max(fits, default=0)
+
+
+POLLS = 1 << 15  # a wait's bound, in polls of the slot's mbarrier (~4 µs each on an H200)
 
 _PAGES = "fast_ring_pages"  # the ring's .shared arrays (one kernel declares them once)
 _BARS = "fast_ring_bars"
@@ -71,7 +88,7 @@ def _declare_asm(ring: int) -> str:
     inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in range(ring))
     return (
         f".shared .align 1024 .b8 {_PAGES}[{PAGE_BYTES * ring}];\n"
-        f".shared .align 1024 .b64 {_BARS}[128];\n"
+        f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
         "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n" + inits + "fence.mbarrier_init.release.cluster;\n"
         "fence.proxy.async.shared::cta;\nmov.b32 $0, 0;\n}"
     )
@@ -91,24 +108,28 @@ def _issue_asm(slot: int) -> str:
 
 
 def _wait_asm(slot: int, phase: int) -> str:
-    """A live page ($1 != 0): spin until slot ``slot``'s mbarrier completes phase ``phase``,
-    at most WAIT_NS on the global timer; on the bound, record the timeout at $2 (the error
-    record's protocol word, first code kept) and return. The timer is read once every
-    _POLLS polls (the clock starts at the _POLLS-th), so the poll loop stays two
-    instructions; each poll is bounded by ``try_wait``'s own time limit, so the polls before
-    the clock starts are too."""
+    """A live page ($1 != 0): poll slot ``slot``'s mbarrier for phase ``phase``, at most
+    POLLS times; $0 = 1 if the phase never completed (the caller reports it), else 0.
+    The loop is one basic block — the count's step and test predicated on the failed
+    poll — so ptxas keeps it as it keeps a bare ``try_wait`` loop: a poll and a branch not
+    taken on the way through. A slow path of its own (a timer's test, the report's atomic)
+    ptxas lays inline, and every wait then jumps over it."""
     bar = f"[{_BARS}+{8 * slot}]"
     return (
-        "{\n.reg .pred p, q;\n.reg .b32 k, r;\n.reg .b64 t0, t;\n"
-        "setp.eq.b32 q, $1, 0;\n@q bra DONE_${:uid};\nmov.b32 k, 0;\nSPIN_${:uid}:\n"
-        f"mbarrier.try_wait.parity.shared::cta.b64 p, {bar}, {phase};\n@p bra DONE_${{:uid}};\n"
-        f"add.u32 k, k, 1;\nand.b32 r, k, {_POLLS - 1};\nsetp.ne.b32 q, r, 0;\n@q bra SPIN_${{:uid}};\n"
-        f"setp.ne.b32 q, k, {_POLLS};\n@q bra CHECK_${{:uid}};\n"
-        "mov.u64 t0, %globaltimer;\nbra SPIN_${:uid};\nCHECK_${:uid}:\n"
-        f"mov.u64 t, %globaltimer;\nsub.u64 t, t, t0;\nsetp.lt.u64 q, t, {WAIT_NS};\n@q bra SPIN_${{:uid}};\n"
-        f"atom.global.cas.b32 r, [$2], 0, {ERR_PAGE_COPY_TIMEOUT};\n"
-        "DONE_${:uid}:\nmov.b32 $0, 0;\n}"
+        "{\n.reg .pred p, q;\n.reg .b32 k;\nmov.b32 $0, 0;\nsetp.eq.b32 q, $1, 0;\n@q bra DONE_${:uid};\n"
+        f"mov.b32 k, {POLLS};\nSPIN_${{:uid}}:\n"
+        f"mbarrier.try_wait.parity.shared::cta.b64 p, {bar}, {phase};\n"
+        "@!p sub.u32 k, k, 1;\nsetp.ne.and.u32 q, k, 0, !p;\n@q bra SPIN_${:uid};\n"
+        "selp.b32 $0, 0, 1, p;\nDONE_${:uid}:\n}"
     )
+
+
+# Where any thread's flag ($1) is set: the timeout into the protocol word at $2, the
+# first code kept. Once a program, after its pages.
+_REPORT = gl.constexpr(
+    "{\n.reg .pred p;\n.reg .b32 r;\nsetp.ne.b32 p, $1, 0;\n"
+    f"@p atom.global.cas.b32 r, [$2], 0, {ERR_PAGE_COPY_TIMEOUT};\nmov.b32 $0, 0;\n}}"
+)
 
 
 # 16 code bytes (two int64) at $2 + the block's offset, and one scale byte at $1 + its
@@ -157,15 +178,22 @@ def issue(page_ptr, live, NTH: gl.constexpr, RING: gl.constexpr):
 
 
 @gluon.jit
-def wait(live, err_ptr, NTH: gl.constexpr, RING: gl.constexpr):
-    """Where ``live`` holds, wait until the program's page NTH has landed in its slot (the
-    slot's mbarrier done with its (NTH // RING)-th phase), bounded (the module's WAIT_NS);
-    ``err_ptr``: the int32 error record."""
+def wait(live, NTH: gl.constexpr, RING: gl.constexpr):
+    """Where ``live`` (a scalar) holds, wait until the program's page NTH has landed in its
+    slot (the slot's mbarrier done with its (NTH // RING)-th phase), at most POLLS polls.
+    Returns int32 [128], a thread's 1 where it gave up: OR them over the program's pages
+    and hand the result to ``report``."""
     K: gl.constexpr = 2 * (NTH % RING) + (NTH // RING) % 2
-    tid = thread_ids()
-    on = gl.zeros_like(tid) + live.to(gl.int32)
-    word = err_ptr + _ERR_PROTOCOL + gl.zeros_like(tid)
-    gl.inline_asm_elementwise(_WAIT[K], "=r,r,l", [on, word], dtype=gl.int32, is_pure=False, pack=1)
+    on = gl.zeros_like(thread_ids()) + live.to(gl.int32)
+    return gl.inline_asm_elementwise(_WAIT[K], "=r,r", [on], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def report(late, err_ptr):
+    """Where a thread's ``late`` (int32 [128], ``wait``'s flags ORed) is set, record
+    ERR_PAGE_COPY_TIMEOUT in the protocol word of ``err_ptr`` (the int32 error record)."""
+    word = err_ptr + _ERR_PROTOCOL + gl.zeros_like(late)
+    gl.inline_asm_elementwise(_REPORT, "=r,r,l", [late, word], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit

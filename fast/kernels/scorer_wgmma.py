@@ -50,7 +50,7 @@ from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
-from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
+from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max, partial_maxima
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -109,6 +109,23 @@ def ring_pages(rows: int, pages: int) -> int:
     N = 16, which a bound may not make a kernel give up (fast/tools/PERF.md's leads). The
     ring stays a variant (``variant_launch(..., ring=...)``, the bench's rows)."""
     return 0
+
+
+def shared_bytes(rows: int, pages: int) -> int:
+    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program: q's
+    tile (``rows`` x 128 fp16) and the page maxima ([pad_pow2(pages), PARTS, rows] fp32).
+    At N = 8 the tile is dead once loaded into mma.sync's registers, and the compiler puts
+    the maxima in its place; wgmma reads it at every block."""
+    q_tile = rows * 128 * 2
+    maxima = triton.next_power_of_2(pages) * partial_maxima(rows, pages) * rows * 4
+    return max(q_tile, maxima) if rows == 8 else q_tile + maxima
+
+
+def max_ring(rows: int, pages: int) -> int:
+    """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program
+    (``page_ring.max_ring`` beside ``shared_bytes``); 0 above N = 32, where the ring is
+    neither used nor tested."""
+    return page_ring.max_ring(shared_bytes(rows, pages)) if rows <= 32 else 0
 
 
 def mma_rows(rows: int) -> int:
@@ -441,8 +458,9 @@ def score_kernel_wgmma(
         # it keeps the loop. The ring unrolls at every N: its slots and phases are constants.
         if RING > 0:
             base = page_ring.ring_base(_GROUP_LAYOUT)
+            late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for i in gl.static_range(PPP):
-                page_ring.wait(first + i < n, err_ptr, i, RING)
+                late = late | page_ring.wait(first + i < n, i, RING)
                 for h in gl.static_range(2):
                     codes = page_ring.read_codes(base, i, h, RING)
                     scales = page_ring.read_scales(base, i, h, RING)
@@ -452,6 +470,7 @@ def score_kernel_wgmma(
                 if i + RING < PPP:
                     gl.thread_barrier()  # every warp is done with page i's slot
                     _issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, GUARD)
+            page_ring.report(late, err_ptr)
         elif ROWS == 8:
             for i in gl.static_range(PPP):
                 for h in gl.static_range(2):  # the page's two blocks

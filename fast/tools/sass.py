@@ -94,7 +94,8 @@ def scorer_sass(
     lines: bool = False,
     ring: int | None = None,
 ) -> tuple[str, str]:
-    """(resource line, SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
+    """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
+    SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
     mma kernel "msa-fp8" / "msa-bf16") compiled for sm_90
     (pages / depth / tokens None: the kernel's defaults; depth: wgmma's blocks ahead; tokens:
     prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
@@ -154,7 +155,10 @@ def scorer_sass(
         signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
         src = ASTSource(fn=score_kernel_prmt, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
-    return _resources(kernel.asm["cubin"]), disassemble(kernel.asm["cubin"], lines)
+    # cuobjdump's SHARED is the static shared memory (the page ring's arrays among it);
+    # Triton's metadata holds the dynamic size the launch asks for
+    usage = f"{_resources(kernel.asm['cubin'])} DYNAMIC:{kernel.metadata.shared}"
+    return usage, disassemble(kernel.asm["cubin"], lines)
 
 
 def disassemble(cubin: bytes, lines: bool = False) -> str:

@@ -14,9 +14,9 @@ from .. import scorer
 from ..backend import pdl_options
 from ..checks import score_shapes
 from ..kernels.page_maxima import partial_maxima
-from ..kernels.page_ring import MAX_RING, max_ring
+from ..kernels.page_ring import MAX_RING
 from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
-from ..kernels.scorer_wgmma import rows_for
+from ..kernels.scorer_wgmma import max_ring, ring_pages, rows_for
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1
@@ -98,9 +98,12 @@ def variant_launch(
         if pages_per_program:
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
-        o["RING"] = 0 if register_fed else o["RING"] if ring is None else ring
-        if o["RING"] > max_ring(o["ROWS"]):
-            raise ValueError(f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}")
+        o["RING"] = 0 if register_fed else ring_pages(o["ROWS"], o["PPP"]) if ring is None else ring
+        if o["RING"] > max_ring(o["ROWS"], o["PPP"]):
+            raise ValueError(
+                f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
+                f" with {o['PPP']} pages a program (at most {max_ring(o['ROWS'], o['PPP'])})"
+            )
         o["LOADS_ONLY"] = bool(loads_only)
         o["GUARD"] = bool(guard)
         if register_cap != "auto":
