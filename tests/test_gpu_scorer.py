@@ -16,6 +16,7 @@ from fast.kernels import page_ring
 from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
 from fast.kernels.scorer_wgmma import long_row_pages, max_ring, mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
+from indexer_constants import PAGE, SLOTS
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
@@ -174,6 +175,28 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
             **feed,
         )
         assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"first slot {first_slot}"
+
+
+@pytest.mark.parametrize("hs", [1, 4])
+def test_the_benchs_scorer_variants_launch_at_their_size(hs):
+    """Each variant row of the bench (``SCORER_VARIANTS``: 8 x 128K, Hs 1 and 4 on 8 slots)
+    launches at that size and scores the page every slot's causal range holds: a variant
+    the kernel has no room for is refused before it launches, never failed by the driver
+    halfway through a bench (a ring beside N 32's 8-page maxima did that)."""
+    from fast.tools.bench import SCORER_VARIANTS
+    from fast.tools.timing import CachePool, random_tile
+
+    dev = torch.device("cuda")
+    gen = torch.Generator().manual_seed(3)
+    batch, pages = 8, 131072 // PAGE
+    pool = CachePool(64, dev)  # the pages repeat: launching is the point, not the bytes
+    table = torch.randint(0, 64, (batch, pages), generator=gen, dtype=torch.int32).to(dev)
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=dev)
+    tile = random_tile(batch, hs, gen, dev)
+    for variant in SCORER_VARIANTS:
+        out = torch.full((batch, SLOTS * hs, pages), 7.0, device=dev)
+        score_variant(tile, pool.cache, table, lens, out, **variant)
+        assert not bool((out[:, :, 0] == 7.0).any()), variant  # every slot scores the first page
 
 
 def test_the_loads_only_probe_stores_nothing():

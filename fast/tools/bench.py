@@ -179,6 +179,20 @@ def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen)
 SCORER_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 4), (4, 1))
 
 
+# Versions for fast/PERF.md at one size (8 x 128K, Hs 1 and 4 on 8 slots): the table
+# gather, the prmt kernel (tile staged through shared memory) at its default, the wgmma
+# kernel's pages per program and blocks ahead (fed from registers), its feed at its own
+# pages per program (registers, or 1-2 pages in its shared-memory ring: at 8 pages N 32's
+# maxima leave no room for one), the wgmma kernel without its register cap, and without
+# its block-id guard (the guard's cost: the default row over this one, in the same run).
+SCORER_VARIANTS = (
+    [dict(kernel="table", pages_per_program=1), dict(kernel="prmt")]
+    + [dict(kernel="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))]
+    + [dict(kernel="wgmma", ring=r) for r in (0, 1, 2)]
+    + [dict(kernel="wgmma", register_cap=None), dict(kernel="wgmma", guard=False)]
+)
+
+
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     rows = []
 
@@ -212,22 +226,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
     for ctx, batch, hs, q in progress(grid, "scorer"):
         measure(pool, ctx, batch, hs, q)
-    # Versions for fast/PERF.md at one size (8 x 128K): the table gather, the prmt kernel
-    # (tile staged through shared memory) at its default, the wgmma kernel's pages per
-    # program and blocks ahead (fed from registers), its feed (registers, or 1-2 pages in
-    # its shared-memory ring), the wgmma kernel without its register cap, and without its
-    # block-id guard (the guard's cost: the default row over this one, in the same run).
-    variants = (
-        [dict(kernel="table", pages_per_program=1), dict(kernel="prmt")]
-        + [
-            dict(kernel="wgmma", pages_per_program=v, blocks_ahead=a)
-            for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))
-        ]
-        + [dict(kernel="wgmma", pages_per_program=8, ring=r) for r in (0, 1, 2)]
-        + [dict(kernel="wgmma", register_cap=None), dict(kernel="wgmma", guard=False)]
-    )
     for hs in (1, 4):
-        for variant in variants:
+        for variant in SCORER_VARIANTS:
             measure(pool, 131072, 8, hs, SLOTS, variant)
     # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
     # cluster, and the kernel's per-group table gathers then touch fewer distinct lines
