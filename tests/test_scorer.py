@@ -166,15 +166,19 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
 
 def test_the_ring_policy_only_asks_for_rings_that_launch():
     """Every (N, pages per program) the decode can launch gets a ring the kernel's shared
-    memory leaves room for (``max_ring``: a larger one fails at launch)."""
+    memory leaves room for (``max_ring``: a larger one fails at launch), and the policy does
+    use the ring somewhere (N 16 on long programs)."""
     from fast.kernels.scorer_wgmma import max_ring, mma_rows, pages_per_program, ring_pages
 
+    used = set()
     for live in range(1, 65):
         rows = mma_rows(live)
         for batch, width in ((1, 64), (8, 1024), (32, 8192), (64, 4096)):
             ppp = pages_per_program(batch, width, 132, rows)
             ring = ring_pages(rows, ppp)
             assert 0 <= ring <= max_ring(rows, ppp), (rows, ppp, ring)
+            used.add((rows, ring))
+    assert (16, 2) in used and (16, 0) in used, used
 
 
 def test_every_scale_and_code_scores_exactly():
