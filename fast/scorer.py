@@ -23,7 +23,7 @@ from .checks import score_shapes
 from .kernels.guards import ERR_WORDS
 from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_table import score_kernel_table
-from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, ring_pages, rows_for, score_kernel_wgmma
+from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, ring_pages, rows_for, score_kernel_wgmma, shared_tables
 from .kernels.scorer_wgmma import max_registers as wgmma_max_registers
 from .kernels.scorer_wgmma import pages_per_program as wgmma_pages
 from .tables import dequant_lut, scale_tables
@@ -114,6 +114,7 @@ def plan_scorer(
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
             RING=ring_pages(rows, ppp),
+            TABLES=shared_tables(rows),
             PREFETCH=prefetch,
             RELEASE=release,
             num_warps=4,

@@ -422,6 +422,8 @@ FAST_SCORER = [
     Row("variant-ring-5", _variant(ring=5, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-float", _variant(ring=2.0, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-on-table", _variant(ring=2, kernel="table"), ValueError, "ring"),
+    Row("variant-tables-on-table", _variant(tables=True, kernel="table"), ValueError, "tables"),
+    Row("variant-tables-int", _variant(tables=1, kernel="wgmma"), ValueError, "tables"),
     Row("variant-ring-with-blocks-ahead", _variant(ring=2, blocks_ahead=2, kernel="wgmma"), ValueError, "ring"),
     Row("variant-cap-300", _variant(register_cap=300, kernel="wgmma"), ValueError, "register_cap"),
     Row("variant-cap-on-table", _variant(register_cap=80, kernel="table"), ValueError, "register_cap"),

@@ -101,7 +101,7 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
         (4, 4, 2),
         (4, 3, 1),
         (4, 1, 2),
-        (4, 1, 4),
+        (1, 8, 4),  # N 8, 8 pages, a ring of 4 and the scale table: the 48 KB exactly
     ],
 )
 @pytest.mark.parametrize("pattern", ["exact", "ties"])
@@ -110,23 +110,26 @@ def test_ring_fed_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, ring):
     table path bit for bit at N 8 (mma.sync), 16 and 32 (wgmma, whose swizzled q tile the
     ring's static arrays must not misalign) and every ring size that fits — more slots than
     pages, pages not a multiple of the ring, rows ending inside a program (pages never
-    copied) — and records nothing."""
+    copied) — with the scale table gathered from shared memory and from L1, and records
+    nothing."""
     case = make_case(hs + 20, [700 * 128 + 9, 37 * 128], query_len=8, heads=hs, pattern=pattern, num_blocks=800)
     tile = query_tile(case.index_q, 2, 8).cuda()
     operands = (tile, case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda())
     outs = []
     record = new_record(torch.device("cuda"))
-    for shape in ({"kernel": "wgmma", "pages_per_program": ppp, "ring": ring}, {"kernel": "table"}):
+    ringed = {"kernel": "wgmma", "pages_per_program": ppp, "ring": ring}
+    for shape in (ringed, {**ringed, "tables": False}, {"kernel": "table"}):
         out = torch.full((2, 8 * hs, case.block_table.shape[1]), 1e30, device="cuda")
         score_variant(*operands, out, error=record if shape["kernel"] == "wgmma" else None, **shape)
         outs.append(out.cpu())
-    assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+    for out in outs[:2]:  # the scale table from shared memory (the policy), then from L1
+        assert torch.equal(out.view(torch.int32), outs[2].view(torch.int32))
     assert record.tolist() == [0] * len(record)
 
 
 @gluon.jit
 def _wait_for_a_page_never_copied(err_ptr):
-    page_ring.declare(2)
+    page_ring.declare(err_ptr, 2, 0)  # no scale table: the pointer is not read
     gl.thread_barrier()
     page_ring.report(page_ring.wait(gl.program_id(0) >= 0, 1, 2), err_ptr)
 

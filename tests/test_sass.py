@@ -137,7 +137,7 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     about five around each copy); its register cap spills nothing; its shared memory is
     what ``max_ring`` counts; a landed page's wait takes no branch."""
     from fast.kernels import page_ring
-    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, shared_bytes
+    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, shared_bytes, shared_tables
 
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
@@ -153,24 +153,27 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     assert cap is None or int(re.search(r"REG:(\d+)", usage).group(1)) <= cap, usage
     sass = dump.read_text()
     pages = long_row_pages(mma_rows((8 - first_slot) * hs))
-    assert sass.count("UBLKCP") == pages
+    tables = shared_tables(mma_rows((8 - first_slot) * hs))  # one copy and one wait more
+    assert sass.count("UBLKCP") == pages + tables
     # the ring's arrays beside the kernel's dynamic buffers, as max_ring counts them
     static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in (" SHARED", "DYNAMIC"))
     assert dynamic == shared_bytes(mma_rows((8 - first_slot) * hs), pages), usage
-    assert static == page_ring.BASE_STATIC + page_ring.ring_bytes(ring), usage
+    assert static == page_ring.BASE_STATIC + page_ring.ring_bytes(ring, tables), usage
     assert static + dynamic <= page_ring.SHARED_LIMIT, usage
     assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
     assert sass.count("BAR.SYNC") <= pages + 3, sass.count("BAR.SYNC")
-    # A landed page's wait takes no branch: between each poll and the page's first shared
-    # read, the one branch is the poll loop's retry (taken only on a failed poll). A bound
-    # with a slow path of its own puts a branch taken at every wait here.
+    # A landed page's wait takes no branch: between a poll and the page's first shared read
+    # every branch is a poll loop's retry (taken only on a failed poll), one a poll (the
+    # table's wait and the first page's come together). A bound with a slow path of its own
+    # puts a branch taken at every wait here.
     listing = [line.split("*/", 1)[1].strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
     for at, line in enumerate(listing):
         if "TRYWAIT" in line:
             read = next(k for k in range(at, len(listing)) if listing[k].startswith("LDS"))
             branches = [b for b in listing[at:read] if "BRA" in b]
-            assert len(branches) == 1 and branches[0].startswith("@!P"), branches
-    assert sass.count("TRYWAIT") == pages  # one poll a page, the retry inside its loop
+            polls = sum("TRYWAIT" in b for b in listing[at:read])
+            assert len(branches) == polls and all(b.startswith("@!P") for b in branches), branches
+    assert sass.count("TRYWAIT") == pages + tables  # one poll a wait, the retry inside its loop
 
 
 @pytest.mark.parametrize("hs, first_slot, pages", [(4, 0, 8), (4, 0, 3), (1, 0, 3), (4, 4, 1), (8, 0, 4)])

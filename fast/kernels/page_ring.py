@@ -15,6 +15,11 @@ barrier a page it issues itself. Every slot, phase and offset is a compile-time 
 spelled into the instruction (``[name+offset]``): the ring costs no register and no
 address arithmetic.
 
+The scale table (``fast.tables.scale_tables``, 2 KB) may come along: ``declare`` with
+TABLES copies it into an array of its own on an mbarrier of its own, ``wait_tables`` waits
+for it and ``gather_tables`` reads each group's entry. Kernels fed from registers use this
+part alone (a ring of 0 pages).
+
 Protocol (a kernel that unrolls its pages; ``declare`` once per program, ring slot
 ``i % RING`` holds page i):
 - ``issue(page_ptr, live, i, RING)`` before page i is needed (i < RING: in the prologue;
@@ -58,18 +63,18 @@ BASE_STATIC = 1024  # the static shared memory every kernel's cubin declares, ri
 _BAR_BYTES = 1024  # the ring's mbarriers, padded: its arrays keep the 1 KB alignment below
 
 
-def ring_bytes(ring: int) -> int:
-    """Static shared memory the ring's arrays take: ``ring`` pages and 1 KB of mbarriers
-    (0 without a ring)."""
-    return PAGE_BYTES * ring + _BAR_BYTES if ring else 0
+def ring_bytes(ring: int, tables: int = 0) -> int:
+    """Static shared memory the ring's arrays take: ``ring`` pages, 1 KB of mbarriers and
+    with ``tables`` the scale table (0 with neither)."""
+    return (PAGE_BYTES * ring + _BAR_BYTES if ring or tables else 0) + TABLE_BYTES * tables
 
 
-def max_ring(dynamic_bytes: int) -> int:
+def max_ring(dynamic_bytes: int, tables: int = 0) -> int:
     """The largest ring (at most MAX_RING) a kernel with ``dynamic_bytes`` of dynamic shared
     memory may declare: its arrays, the cubin's own 1 KB and the dynamic buffers must fit
     SHARED_LIMIT — Triton opts in to more by the dynamic size alone, so a larger total
     fails at launch ("invalid argument")."""
-    fits = [r for r in range(MAX_RING + 1) if BASE_STATIC + ring_bytes(r) + dynamic_bytes <= SHARED_LIMIT]
+    fits = [r for r in range(MAX_RING + 1) if BASE_STATIC + ring_bytes(r, tables) + dynamic_bytes <= SHARED_LIMIT]
     return max(fits, default=0)
 
 
@@ -77,20 +82,38 @@ POLLS = 1 << 15  # a wait's bound, in polls of the slot's mbarrier (~4 µs each 
 
 _PAGES = "fast_ring_pages"  # the ring's .shared arrays (one kernel declares them once)
 _BARS = "fast_ring_bars"
+_TABS = "fast_ring_tables"
+TABLE_BYTES = 2048  # fast.tables.scale_tables: 256 entries of 8 bytes
+TABLE_SLOT = MAX_RING  # the table's mbarrier, after the pages'
 
 
-def _declare_asm(ring: int) -> str:
+def _declare_asm(ring: int, tables: int) -> str:
     """The ring's arrays, and thread $1 == 0 initialising one mbarrier a slot (count 1:
     the issuing thread's arrive), made visible to the copy engine. The arrays are static
     shared memory, which precedes the kernel's dynamic shared memory: they take a multiple
     of 1 KB (the mbarriers padded to one), so the dynamic buffers keep the 1 KB alignment
-    that wgmma's swizzled operand layouts assume (misaligned, its q tile reads wrong)."""
-    inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in range(ring))
+    that wgmma's swizzled operand layouts assume (misaligned, its q tile reads wrong).
+    With ``tables``, thread 0 also starts the copy of the 2 KB scale table at global
+    address $2 onto an mbarrier of its own (``wait_tables``)."""
+    bars = list(range(ring)) + ([TABLE_SLOT] if tables else [])
+    inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in bars)
+    tab = ""
+    if tables:
+        bar = f"[{_BARS}+{8 * TABLE_SLOT}]"
+        tab = (
+            "cvta.to.global.u64 g, $2;\n"
+            f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {TABLE_BYTES};\n"
+            "@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+            f"[{_TABS}], [g], {TABLE_BYTES}, {bar};\n"
+        )
     return (
-        f".shared .align 1024 .b8 {_PAGES}[{PAGE_BYTES * ring}];\n"
-        f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
-        "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n" + inits + "fence.mbarrier_init.release.cluster;\n"
-        "fence.proxy.async.shared::cta;\nmov.b32 $0, 0;\n}"
+        (f".shared .align 1024 .b8 {_PAGES}[{PAGE_BYTES * ring}];\n" if ring else "")
+        + f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
+        + (f".shared .align 1024 .b8 {_TABS}[{TABLE_BYTES}];\n" if tables else "")
+        + "{\n.reg .pred p;\n.reg .b64 g;\nsetp.eq.b32 p, $1, 0;\n"
+        + inits
+        + "fence.mbarrier_init.release.cluster;\n"
+        "fence.proxy.async.shared::cta;\n" + tab + "mov.b32 $0, 0;\n}"
     )
 
 
@@ -142,12 +165,17 @@ def _scale_asm(slot: int, half: int) -> str:
     return f"ld.shared.u8 $0, [$1+{PAGE_BYTES * slot + CODE_BYTES + CODE_BYTES // 16 * half}];"
 
 
-_DECLARE = gl.constexpr(tuple(_declare_asm(r) for r in range(MAX_RING + 1)))
+_DECLARE = gl.constexpr(tuple(_declare_asm(k // 2, k % 2) for k in range(2 * MAX_RING + 2)))
 _ISSUE = gl.constexpr(tuple(_issue_asm(s) for s in range(MAX_RING)))
 _WAIT = gl.constexpr(tuple(_wait_asm(k // 2, k % 2) for k in range(2 * MAX_RING)))
+_WAIT_TABLES = gl.constexpr(_wait_asm(TABLE_SLOT, 0))
 _CODES = gl.constexpr(tuple(_codes_asm(k // 2, k % 2) for k in range(2 * MAX_RING)))
 _SCALES = gl.constexpr(tuple(_scale_asm(k // 2, k % 2) for k in range(2 * MAX_RING)))
 _BASE = gl.constexpr(f"mov.b32 $0, {_PAGES};")
+_TABLE_BASE = gl.constexpr(f"mov.b32 $0, {_TABS};")
+# Entry $1 of the shared table at $3, $2 bytes an entry (a runtime 8: one IMAD on the FMA
+# pipe, as scorer_wgmma's global gather).
+_GATHER = gl.constexpr("{\n.reg .b32 a;\nmad.lo.u32 a, $1, $2, $3;\nld.shared.b64 $0, [a];\n}")
 _ERR_PROTOCOL = gl.constexpr(ERR_PROTOCOL)
 
 
@@ -158,10 +186,22 @@ def thread_ids():
 
 
 @gluon.jit
-def declare(RING: gl.constexpr):
-    """Declare the program's ring of RING pages and initialise its mbarriers; the caller
-    then puts a CTA barrier before the first ``issue`` or ``wait``."""
-    gl.inline_asm_elementwise(_DECLARE[RING], "=r,r", [thread_ids()], dtype=gl.int32, is_pure=False, pack=1)
+def declare(tab_ptr, RING: gl.constexpr, TABLES: gl.constexpr):
+    """Declare the program's ring of RING pages (0: none) and initialise its mbarriers;
+    TABLES: start copying the scale table at ``tab_ptr`` (int64 [256]) into shared memory
+    (``wait_tables``, ``gather_tables``). The caller then puts a CTA barrier before the
+    first ``issue`` or wait."""
+    tid = thread_ids()
+    tab = tab_ptr + gl.zeros_like(tid)
+    gl.inline_asm_elementwise(_DECLARE[2 * RING + TABLES], "=r,r,l", [tid, tab], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def wait_tables():
+    """Wait until the scale table ``declare`` started copying has landed, as ``wait``
+    does for a page (the same bound; int32 [128] flags for ``report``)."""
+    on = gl.full_like(thread_ids(), 1)
+    return gl.inline_asm_elementwise(_WAIT_TABLES, "=r,r", [on], dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -229,4 +269,15 @@ def read_scales(base, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr)
     at = base + t[:, None] * 8 + g[None, :]
     return gl.inline_asm_elementwise(
         _SCALES[2 * (NTH % RING) + HALF], "=r,r", [at], dtype=gl.int32, is_pure=False, pack=1
+    )
+
+
+@gluon.jit
+def gather_tables(scales, tab_stride):
+    """int64 scale-table entries of int32 ``scales`` (any shape) from the table ``declare``
+    copied in (TABLES); tab_stride: 8."""
+    zero = gl.zeros_like(scales)
+    base = gl.inline_asm_elementwise(_TABLE_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
+    return gl.inline_asm_elementwise(
+        _GATHER, "=l,r,r,r", [scales, zero + tab_stride, base], dtype=gl.int64, is_pure=False, pack=1
     )

@@ -16,10 +16,13 @@ code bytes and 2 scale bytes. Each lane loads exactly those, decodes each group 
 the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at compile time that
 no data moves between threads. q is loaded once per program in the same order
 (``column_order.py``). Each group's 8 E4M3 magnitudes come from a 2 KB table of all scale
-bytes (``fast.tables.scale_tables``, an L1-resident load per group) instead of being
-computed per group, which saves 5 of the group's 13 conversions. The scale bytes and the
-table entries are loaded by a few lines of PTX (``_load_scales``, ``_gather_tables``)
-that keep their addressing off the ALU pipe, the one the decode fills.
+bytes (``fast.tables.scale_tables``) instead of being computed per group, which saves 5 of
+the group's 13 conversions. Up to N = 32 the table is copied into shared memory once a
+program and each group's entry gathered there (``page_ring.gather_tables``): a gather is
+on every block's dependent chain, shorter from shared memory than through L1, where the
+codes' loads also evict it; at N = 64 the gather goes through L1 (``shared_tables``). The
+scale bytes and the table entries are loaded by a few lines of PTX (``_load_scales``,
+``_gather_tables``) that keep their addressing off the ALU pipe, the one the decode fills.
 
 The MMA's N is the rows scored: a decode step fills only the tile's last query_len slots,
 and the kernel scores the rows from slot ``SLOT0`` on (``score_pages``' ``first_slot``), so
@@ -69,7 +72,8 @@ _PROGRAMS_PER_SM = 4
 def long_row_pages(rows: int) -> int:
     """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
     N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
-    shared memory a program at 8 pages — out of the L1 the scale-table gathers hit."""
+    shared memory a program at 8 pages — fewer programs an SM, and less of the L1 its
+    loads pass through."""
     return 4 if rows == 32 else WGMMA_PAGES
 
 
@@ -114,6 +118,15 @@ def ring_pages(rows: int, pages: int) -> int:
     return 2 if rows == 16 and pages >= 4 else 0
 
 
+def shared_tables(rows: int) -> int:
+    """1 where the kernel copies the scale table (2 KB) into shared memory once a program
+    and gathers each group's entry there (``page_ring.gather_tables``), 0 where it gathers
+    from global memory through L1: up to N = 32, fed from registers or the ring. A gather
+    is on each block's dependent chain (scale byte, entry, decode); from shared memory it
+    is shorter, and the codes' loads do not evict it. N = 64 is not measured."""
+    return 1 if rows <= 32 else 0
+
+
 def shared_bytes(rows: int, pages: int) -> int:
     """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program: q's
     tile (``rows`` x 128 fp16) and the page maxima ([pad_pow2(pages), PARTS, rows] fp32).
@@ -124,11 +137,13 @@ def shared_bytes(rows: int, pages: int) -> int:
     return max(q_tile, maxima) if rows == 8 else q_tile + maxima
 
 
-def max_ring(rows: int, pages: int) -> int:
+def max_ring(rows: int, pages: int, tables: int | None = None) -> int:
     """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program
-    (``page_ring.max_ring`` beside ``shared_bytes``); 0 above N = 32, where the ring is
+    (``page_ring.max_ring`` beside ``shared_bytes`` and the scale table where ``tables``,
+    None: ``shared_tables``, puts it in shared memory); 0 above N = 32, where the ring is
     neither used nor tested."""
-    return page_ring.max_ring(shared_bytes(rows, pages)) if rows <= 32 else 0
+    tables = shared_tables(rows) if tables is None else tables
+    return page_ring.max_ring(shared_bytes(rows, pages), tables) if rows <= 32 else 0
 
 
 def mma_rows(rows: int) -> int:
@@ -255,11 +270,10 @@ def _load_nth_block(
 
 
 @gluon.jit
-def _dequant_fragment(codes, scales, tab_ptr, tab_stride, a_layout: gl.constexpr):
+def _dequant_fragment(codes, tables, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
-    ``a_layout`` without moving data (checked at compile time). tab_ptr, tab_stride:
-    ``scale_tables`` and its entry's bytes (``_gather_tables``)."""
-    tables = _gather_tables(scales, tab_ptr, tab_stride)
+    ``a_layout`` without moving data (checked at compile time); tables: each group's
+    ``scale_tables`` entry (``_gather_tables``)."""
     o = gl.inline_asm_elementwise(
         GROUP_ASM_TABLED,
         "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
@@ -310,6 +324,7 @@ def _block(
     PARTS: gl.constexpr,
     LOADS_ONLY: gl.constexpr,
     GUARD: gl.constexpr,
+    TABLES: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
@@ -317,9 +332,12 @@ def _block(
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
     cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, GUARD)
     if LOADS_ONLY:
-        fold = fold ^ c0 ^ _gather_tables(s0, tab_ptr, tab_stride)
+        if TABLES:
+            fold = fold ^ c0 ^ page_ring.gather_tables(s0, tab_stride)
+        else:
+            fold = fold ^ c0 ^ _gather_tables(s0, tab_ptr, tab_stride)
     else:
-        run = _score_block(c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS)
+        run = _score_block(c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES)
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run, fold
 
@@ -339,11 +357,16 @@ def _score_block(
     a_layout: gl.constexpr,
     ROWS: gl.constexpr,
     PARTS: gl.constexpr,
+    TABLES: gl.constexpr = False,
 ):
     """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
     multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into
     the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
-    a = _dequant_fragment(codes, scales, tab_ptr, tab_stride, a_layout)
+    if TABLES:
+        tables = page_ring.gather_tables(scales, tab_stride)
+    else:
+        tables = _gather_tables(scales, tab_ptr, tab_stride)
+    a = _dequant_fragment(codes, tables, a_layout)
     if ROWS == 8:
         acc = mma_v2(a, q_op, zeros)
     else:
@@ -395,6 +418,7 @@ def score_kernel_wgmma(
     LOADS_ONLY: gl.constexpr = False,  # the bench's probe: the same loads, no decode, no MMA, nothing stored
     GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
+    TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -429,9 +453,10 @@ def score_kernel_wgmma(
     n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
-        if RING > 0:  # the ring's first RING pages on their way
-            page_ring.declare(RING)
+        if RING > 0 or TABLES:
+            page_ring.declare(tab_ptr, RING, TABLES)
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
+        if RING > 0:  # the ring's first RING pages on their way
             for p in gl.static_range(RING):
                 if p < PPP:
                     _issue_page(k_ptr, bt_row, first, n, num_blocks, p, RING, GUARD)
@@ -459,21 +484,35 @@ def score_kernel_wgmma(
         # moving one slot on per trip (20 moves a page), and the scale bytes' extraction
         # folds. The wgmma kernel is slower unrolled (its code grows past what it saves), so
         # it keeps the loop. The ring unrolls at every N: its slots and phases are constants.
+        late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
+        if TABLES:
+            late = page_ring.wait_tables()
         if RING > 0:
             base = page_ring.ring_base(_GROUP_LAYOUT)
-            late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for i in gl.static_range(PPP):
                 late = late | page_ring.wait(first + i < n, i, RING)
                 for h in gl.static_range(2):
                     codes = page_ring.read_codes(base, i, h, RING)
                     scales = page_ring.read_scales(base, i, h, RING)
                     run = _score_block(
-                        codes, scales, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS
+                        codes,
+                        scales,
+                        tab_ptr,
+                        tab_stride,
+                        q_op,
+                        zeros,
+                        run,
+                        maxima,
+                        i,
+                        h,
+                        a_layout,
+                        ROWS,
+                        PARTS,
+                        TABLES,
                     )
                 if i + RING < PPP:
                     gl.thread_barrier()  # every warp is done with page i's slot
                     _issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, GUARD)
-            page_ring.report(late, err_ptr)
         elif ROWS == 8:
             for i in gl.static_range(PPP):
                 for h in gl.static_range(2):  # the page's two blocks
@@ -504,6 +543,7 @@ def score_kernel_wgmma(
                         PARTS,
                         LOADS_ONLY,
                         GUARD,
+                        TABLES,
                     )
         else:
             for i in range(PPP):
@@ -535,7 +575,10 @@ def score_kernel_wgmma(
                         PARTS,
                         LOADS_ONLY,
                         GUARD,
+                        TABLES,
                     )
+        if RING > 0 or TABLES:
+            page_ring.report(late, err_ptr)
         if LOADS_ONLY:  # a store the compiler cannot drop, and no GPU makes
             gl.store(
                 out_ptr + gl.zeros([64, 8], gl.int64, layout=_GROUP_LAYOUT),

@@ -183,12 +183,14 @@ SCORER_SHAPES = ((1, SLOTS), (4, SLOTS), (4, 4), (4, 1))
 # gather, the prmt kernel (tile staged through shared memory) at its default, the wgmma
 # kernel's pages per program and blocks ahead (fed from registers), its feed at its own
 # pages per program (registers, or 1-2 pages in its shared-memory ring: at 8 pages N 32's
-# maxima leave no room for one), the wgmma kernel without its register cap, and without
-# its block-id guard (the guard's cost: the default row over this one, in the same run).
+# maxima leave no room for one), the scale table gathered from global memory instead of
+# shared memory, the wgmma kernel without its register cap, and without its block-id
+# guard (the guard's cost: the default row over this one, in the same run).
 SCORER_VARIANTS = (
     [dict(kernel="table", pages_per_program=1), dict(kernel="prmt")]
     + [dict(kernel="wgmma", pages_per_program=v, blocks_ahead=a) for v, a in ((1, 1), (4, 1), (2, 2), (4, 2), (8, 2))]
     + [dict(kernel="wgmma", ring=r) for r in (0, 1, 2)]
+    + [dict(kernel="wgmma", tables=False)]
     + [dict(kernel="wgmma", register_cap=None), dict(kernel="wgmma", guard=False)]
 )
 

@@ -41,6 +41,7 @@ from ..kernels.scorer_wgmma import (
     ring_pages,
     rows_for,
     score_kernel_wgmma,
+    shared_tables,
 )
 from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from ..msa_scorer import mma_partials, ring_stages
@@ -137,11 +138,12 @@ def scorer_sass(
             "PARTS": partial_maxima(rows, ppp),
             "RECORD": False,
             "RING": ring_pages(rows, ppp) if ring is None else ring,
+            "TABLES": shared_tables(rows),
         }
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         signature = {k: v for k, v in fields if k != "TOK"} | {
-            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD", "RING")
+            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD", "RING", "TABLES")
         }
         src = GluonASTSource(
             fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)

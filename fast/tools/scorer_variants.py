@@ -41,6 +41,7 @@ def variant_launch(
     loads_only: bool = False,
     guard: bool = True,
     ring: int | None = None,
+    tables: bool | None = None,
     error: torch.Tensor | None = None,
 ) -> scorer.ScorerLaunch | None:
     """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
@@ -55,8 +56,11 @@ def variant_launch(
     ``out`` untouched. guard: False drops the wgmma kernel's block-id guard (the benchmark's
     measure of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the
     register pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``),
-    None its policy. error: an error record (``fast.errors.new_record``) the wgmma and
-    table kernels write a bad id or a ring timeout to. None where there is nothing to score.
+    None its policy. tables: the wgmma kernel's scale table copied into shared memory (True)
+    or gathered from global memory (False), None its policy (loads_only: from global
+    memory). error: an error record
+    (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
+    timeout to. None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
@@ -75,6 +79,8 @@ def variant_launch(
     ring_ok = isinstance(ring, int) and 0 <= ring <= MAX_RING and not (ring and register_fed)
     if ring is not None and (kernel != "wgmma" or not ring_ok):
         raise ValueError(f"ring: {ring!r} (the wgmma kernel's: 0 .. {MAX_RING}; 0 with loads_only or blocks_ahead)")
+    if tables is not None and (kernel != "wgmma" or not isinstance(tables, bool)):
+        raise ValueError(f"tables: {tables!r} (the wgmma kernel's: True, False or None)")
     if not guard and kernel != "wgmma":
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
@@ -99,10 +105,13 @@ def variant_launch(
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         o["RING"] = 0 if register_fed else ring_pages(o["ROWS"], o["PPP"]) if ring is None else ring
-        if o["RING"] > max_ring(o["ROWS"], o["PPP"]):
+        # the probe gathers through L1, as it did before the table moved to shared memory
+        o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
+        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"])
+        if o["RING"] > most:
             raise ValueError(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
-                f" with {o['PPP']} pages a program (at most {max_ring(o['ROWS'], o['PPP'])})"
+                f" with {o['PPP']} pages a program (at most {most})"
             )
         o["LOADS_ONLY"] = bool(loads_only)
         o["GUARD"] = bool(guard)
