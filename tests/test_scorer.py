@@ -167,7 +167,7 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
 def test_the_ring_policy_only_asks_for_rings_that_launch():
     """Every (N, pages per program) the decode can launch gets a ring the kernel's shared
     memory leaves room for (``max_ring``: a larger one fails at launch), and the policy does
-    use the ring somewhere (N 16 on long programs)."""
+    use the ring where it measured ahead (N 8 and N 16 on long programs)."""
     from fast.kernels.scorer_wgmma import max_ring, mma_rows, pages_per_program, ring_pages
 
     used = set()
@@ -178,7 +178,7 @@ def test_the_ring_policy_only_asks_for_rings_that_launch():
             ring = ring_pages(rows, ppp)
             assert 0 <= ring <= max_ring(rows, ppp), (rows, ppp, ring)
             used.add((rows, ring))
-    assert (16, 2) in used and (16, 0) in used, used
+    assert {(8, 2), (8, 0), (16, 2), (16, 0)} <= used, used
 
 
 def test_every_scale_and_code_scores_exactly():

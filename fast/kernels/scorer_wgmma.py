@@ -108,14 +108,13 @@ def ring_pages(rows: int, pages: int) -> int:
     """Pages in flight through the shared-memory ring (``page_ring.py``) at N = ``rows``
     (``mma_rows``) with ``pages`` per program, or 0: the register pipeline of DEPTH blocks.
 
-    2 at N = 16 (Hs 4 at 4 slots, Hs 8 at 2, ...) with 4 or more pages a program: a
-    program's next page then travels in shared memory, where ptxas cannot move its loads
-    to just before their use as it does with registers. 0 elsewhere: on shorter programs
-    the ring's first page is waited for whole and measured behind; at N = 8 it measured
-    level with the registers on long programs, at N = 32 level or behind
+    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more): a program's next page
+    then travels in shared memory, where ptxas cannot move its loads to just before their
+    use as it does with registers. 0 elsewhere: on shorter programs the ring's first page
+    is waited for whole and measured behind, and N = 32 measured level or behind
     (fast/tools/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
     an SM."""
-    return 2 if rows == 16 and pages >= 4 else 0
+    return 2 if (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) else 0
 
 
 def shared_tables(rows: int) -> int:
