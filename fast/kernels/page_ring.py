@@ -275,7 +275,7 @@ def read_scales(base, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr)
 @gluon.jit
 def gather_tables(scales, tab_stride):
     """int64 scale-table entries of int32 ``scales`` (any shape) from the table ``declare``
-    copied in (TABLES); tab_stride: 8."""
+    copied in (TABLES); tab_stride: 8. Not pure: the reads stay after ``wait_tables``."""
     zero = gl.zeros_like(scales)
     base = gl.inline_asm_elementwise(_TABLE_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
     return gl.inline_asm_elementwise(

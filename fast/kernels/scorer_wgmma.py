@@ -234,6 +234,17 @@ def _gather_tables(scales, tab_ptr, tab_stride):
 
 
 @gluon.jit
+def _entries(scales, tab_ptr, tab_stride, TABLES: gl.constexpr):
+    """Each group's scale-table entry (int64, ``scales``' shape): from the program's copy in
+    shared memory (TABLES, ``page_ring.gather_tables``) or through L1 (``_gather_tables``)."""
+    if TABLES:
+        entries = page_ring.gather_tables(scales, tab_stride)
+    else:
+        entries = _gather_tables(scales, tab_ptr, tab_stride)
+    return entries
+
+
+@gluon.jit
 def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
     """int64 [64, 8] code words and int32 [64, 8] scale bytes of tokens [first_token,
     first_token + 64) of a page, in ``_GROUP_LAYOUT``; MASKED: zeros where ``live`` is
@@ -331,10 +342,7 @@ def _block(
     folded into ``fold``. Returns (c0, s0, c1, s1, run, fold)."""
     cn, sn = _load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, GUARD)
     if LOADS_ONLY:
-        if TABLES:
-            fold = fold ^ c0 ^ page_ring.gather_tables(s0, tab_stride)
-        else:
-            fold = fold ^ c0 ^ _gather_tables(s0, tab_ptr, tab_stride)
+        fold = fold ^ c0 ^ _entries(s0, tab_ptr, tab_stride, TABLES)
     else:
         run = _score_block(c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES)
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
@@ -361,11 +369,7 @@ def _score_block(
     """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
     multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into
     the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
-    if TABLES:
-        tables = page_ring.gather_tables(scales, tab_stride)
-    else:
-        tables = _gather_tables(scales, tab_ptr, tab_stride)
-    a = _dequant_fragment(codes, tables, a_layout)
+    a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout)
     if ROWS == 8:
         acc = mma_v2(a, q_op, zeros)
     else:
