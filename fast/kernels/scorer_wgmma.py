@@ -283,7 +283,7 @@ def _load_nth_block(
 def _dequant_fragment(codes, tables, a_layout: gl.constexpr):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time); tables: each group's
-    ``scale_tables`` entry (``_gather_tables``)."""
+    ``scale_tables`` entry (``_entries``)."""
     o = gl.inline_asm_elementwise(
         GROUP_ASM_TABLED,
         "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",

@@ -105,7 +105,7 @@ def variant_launch(
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         o["RING"] = 0 if register_fed else ring_pages(o["ROWS"], o["PPP"]) if ring is None else ring
-        # the probe gathers through L1, as it did before the table moved to shared memory
+        # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
         most = max_ring(o["ROWS"], o["PPP"], o["TABLES"])
         if o["RING"] > most:
