@@ -177,21 +177,30 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
 
 
 @pytest.mark.parametrize("hs, first_slot, pages", [(4, 0, 8), (4, 0, 3), (1, 0, 3), (4, 4, 1), (8, 0, 4)])
-def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot, pages):
+def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot, pages, tmp_path):
     """``shared_bytes`` (what ``max_ring`` leaves the kernel's own buffers) is the dynamic
     shared memory the compiled kernel asks for, at N 8 (q's tile reused), 16, 32 and 64 and
-    page counts that pad — an undercount lets a ring through that fails at launch."""
-    from fast.kernels.scorer_wgmma import mma_rows, shared_bytes
+    page counts that pad — an undercount lets a ring through that fails at launch; fed from
+    registers, the kernel's static shared memory is the scale table's copy where
+    ``shared_tables`` says (one bulk copy, one wait), nothing of a ring."""
+    from fast.kernels import page_ring
+    from fast.kernels.scorer_wgmma import mma_rows, shared_bytes, shared_tables
 
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
+    dump = tmp_path / "fed.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl", "--ring", "0"]
+    flags += ["--dump", str(dump)]
     done = subprocess.run(
         [sys.executable, "-m", "fast.tools.sass", *flags], capture_output=True, text=True, env=env, timeout=600
     )
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert f"DYNAMIC:{shared_bytes(mma_rows((8 - first_slot) * hs), pages)}" in usage, usage
+    tables = shared_tables(mma_rows((8 - first_slot) * hs))
+    assert f" SHARED:{page_ring.BASE_STATIC + page_ring.ring_bytes(0, tables)} " in usage, usage
+    sass = dump.read_text()
+    assert (sass.count("UBLKCP"), sass.count("TRYWAIT")) == (tables, tables)
 
 
 @pytest.mark.parametrize("hs, first_slot, pages, parts", [(8, 0, 4, 8), (8, 0, 1, 8), (4, 0, 3, 8), (1, 7, 8, 32)])
