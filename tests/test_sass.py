@@ -9,14 +9,21 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
-def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
+def _compile_only(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    """``python args`` in a child that compiles kernels for sm_90 and runs none
+    (FAST_COMPILE_ONLY=1), through Triton's compiler, not the interpreter: Gluon cannot
+    lower the interpreter's functions, and in this process only a warm cache would hide it."""
     env = dict(os.environ, FAST_COMPILE_ONLY="1")
     env.pop("TRITON_INTERPRET", None)
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
+def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     dump = tmp_path / "scorer.sass"
-    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
+    cmd = ["-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
     cmd += ["--load-use", "--ring", "0"] if kernel == "wgmma" else []  # the register-fed page loop
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    done = _compile_only(*cmd)
     assert done.returncode == 0, done.stderr
     assert "REG:" in done.stdout and "HGMMA" in done.stdout and "PRMT" in done.stdout
     widths = re.findall(r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?STS(\.\w+)?", dump.read_text(), flags=re.M)
@@ -59,11 +66,7 @@ def test_decode_kernels_compile_for_sm90():
     the interpreter that runs them on CPUs executes Python and
     accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
     after it did exactly that once)."""
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "fast.tools.sass", "--kernels"], capture_output=True, text=True, env=env, timeout=600
-    )
+    done = _compile_only("-m", "fast.tools.sass", "--kernels")
     assert done.returncode == 0, done.stderr
     names = [line.split(":")[0] for line in done.stdout.splitlines()]
     queued = {
@@ -105,16 +108,11 @@ def test_register_cap_spills_nothing():
     instead of 5: fast/tools/PERF.md); a kernel change that makes the cap spill would silently
     trade that gain for local-memory traffic. Every capped shape the decode launches, as it
     launches them (PDL, the prefetch before the wait): N = 8 (mma.sync: Hs = 1, or q x Hs <=
-    8) and N = 16 (wgmma). Compiled in a child without the
-    interpreter (Gluon cannot lower the interpreter's functions; in this process only a
-    warm Triton cache would hide that)."""
+    8) and N = 16 (wgmma), compiled in a child (``_compile_only``)."""
     from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, ring_pages
 
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
     for hs, first_slot in ((1, 0), (2, 0), (4, 7), (4, 4)):
-        cmd = [sys.executable, "-m", "fast.tools.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl"]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        done = _compile_only("-m", "fast.tools.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl")
         assert done.returncode == 0, done.stderr
         usage = done.stdout.splitlines()[0]
         regs = int(re.search(r"REG:(\d+)", usage).group(1))
@@ -139,25 +137,22 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     from fast.kernels import page_ring
     from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, shared_bytes, shared_tables
 
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "ring.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pdl", "--ring", str(ring), "--dump", str(dump)]
-    done = subprocess.run(
-        [sys.executable, "-m", "fast.tools.sass", *flags], capture_output=True, text=True, env=env, timeout=600
-    )
+    done = _compile_only("-m", "fast.tools.sass", *flags)
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
     cap = max_registers((8 - first_slot) * hs)
     assert cap is None or int(re.search(r"REG:(\d+)", usage).group(1)) <= cap, usage
     sass = dump.read_text()
-    pages = long_row_pages(mma_rows((8 - first_slot) * hs))
-    tables = shared_tables(mma_rows((8 - first_slot) * hs))  # one copy and one wait more
+    rows = mma_rows((8 - first_slot) * hs)
+    pages = long_row_pages(rows)
+    tables = shared_tables(rows)  # one copy and one wait more
     assert sass.count("UBLKCP") == pages + tables
     # the ring's arrays beside the kernel's dynamic buffers, as max_ring counts them
     static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in (" SHARED", "DYNAMIC"))
-    assert dynamic == shared_bytes(mma_rows((8 - first_slot) * hs), pages), usage
+    assert dynamic == shared_bytes(rows, pages), usage
     assert static == page_ring.BASE_STATIC + page_ring.ring_bytes(ring, tables), usage
     assert static + dynamic <= page_ring.SHARED_LIMIT, usage
     assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
@@ -186,18 +181,14 @@ def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot,
     from fast.kernels import page_ring
     from fast.kernels.scorer_wgmma import mma_rows, shared_bytes, shared_tables
 
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "fed.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl", "--ring", "0"]
-    flags += ["--dump", str(dump)]
-    done = subprocess.run(
-        [sys.executable, "-m", "fast.tools.sass", *flags], capture_output=True, text=True, env=env, timeout=600
-    )
+    done = _compile_only("-m", "fast.tools.sass", *flags, "--dump", str(dump))
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
-    assert f"DYNAMIC:{shared_bytes(mma_rows((8 - first_slot) * hs), pages)}" in usage, usage
-    tables = shared_tables(mma_rows((8 - first_slot) * hs))
+    rows = mma_rows((8 - first_slot) * hs)
+    assert f"DYNAMIC:{shared_bytes(rows, pages)}" in usage, usage
+    tables = shared_tables(rows)
     assert f" SHARED:{page_ring.BASE_STATIC + page_ring.ring_bytes(0, tables)} " in usage, usage
     sass = dump.read_text()
     assert (sass.count("UBLKCP"), sass.count("TRYWAIT")) == (tables, tables)
@@ -214,21 +205,8 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     from fast.kernels.scorer_wgmma import mma_rows
 
     assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
-    cmd = [
-        sys.executable,
-        "-m",
-        "fast.tools.sass",
-        "--hs",
-        str(hs),
-        "--first-slot",
-        str(first_slot),
-        "--pages",
-        str(pages),
-        "--pdl",
-    ]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl"]
+    done = _compile_only("-m", "fast.tools.sass", *flags)
     assert done.returncode == 0, done.stderr
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
@@ -237,10 +215,7 @@ def test_pipe_rate_loops_are_the_instruction_under_test():
     """``python -m fast.tools.pipe_rates`` times loops of one instruction each: compiled for
     sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints
     would be some other instruction's)."""
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)  # Triton's compiler, not the interpreter
-    cmd = [sys.executable, "-m", "fast.tools.pipe_rates", "--compile-only"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    done = _compile_only("-m", "fast.tools.pipe_rates", "--compile-only", timeout=300)
     assert done.returncode == 0, done.stderr
     expect = {"fma.f32": "FFMA", "imad": "IMAD", "prmt": "PRMT", "lop3": "LOP3", "cvt.e4m3x2": "F2FP"}
     loops = dict(re.findall(r"^(\S+) +loop: (.*)$", done.stdout, flags=re.M))
@@ -258,12 +233,10 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     spills nothing, and moves every key byte once by cp.async: a thread copies its 32 or 64
     bytes of each 64-token half-block's tokens (two per warp lane pair) in 16-byte pieces,
     nothing more (the GPU tests hold its scores to the reference's)."""
-    env = dict(os.environ, FAST_COMPILE_ONLY="1")
-    env.pop("TRITON_INTERPRET", None)
     dump = tmp_path / "msa.sass"
-    cmd = [sys.executable, "-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
+    cmd = ["-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
     cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    done = _compile_only(*cmd)
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
