@@ -364,7 +364,7 @@ def _score_block(
     a_layout: gl.constexpr,
     ROWS: gl.constexpr,
     PARTS: gl.constexpr,
-    TABLES: gl.constexpr = False,
+    TABLES: gl.constexpr,
 ):
     """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
     multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into

@@ -50,15 +50,14 @@ def variant_launch(
     default is each kernel's policy). blocks_ahead: the wgmma kernel's 64-token blocks in
     flight while one is decoded (1 or 2; the register pipeline, ring 0). register_cap: the
     wgmma kernel's registers per thread: "auto" (its policy), None (the compiler's choice)
-    or 64..255. tokens_per_dot,
-    num_warps: the prmt kernel's tokens per MMA block (64 or 128) and warps. loads_only:
-    the wgmma kernel's probe of its memory side — the same loads, no decode, no MMA,
-    ``out`` untouched. guard: False drops the wgmma kernel's block-id guard (the benchmark's
-    measure of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the
-    register pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``),
-    None its policy. tables: the wgmma kernel's scale table copied into shared memory (True)
-    or gathered from global memory (False), None its policy (loads_only: from global
-    memory). error: an error record
+    or 64..255. tokens_per_dot, num_warps: the prmt kernel's tokens per MMA block (64 or
+    128) and warps. loads_only: the wgmma kernel's probe of its memory side — the same
+    loads, no decode, no MMA, ``out`` untouched. guard: False drops the wgmma kernel's
+    block-id guard (the benchmark's measure of its cost; the decode always guards). ring:
+    the wgmma kernel's feed — 0 the register pipeline, 1 .. MAX_RING pages through a
+    shared-memory ring (``page_ring.py``), None its policy. tables: the wgmma kernel's
+    scale table copied into shared memory (True) or gathered from global memory (False),
+    None its policy (loads_only: from global memory). error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
     timeout to. None where there is nothing to score.
     """
