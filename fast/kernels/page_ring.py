@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.runtime.jit import constexpr_function
 
 from indexer_constants import CODE_BYTES, PAGE_BYTES
 
@@ -99,13 +100,7 @@ def _declare_asm(ring: int, tables: int) -> str:
     inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in bars)
     tab = ""
     if tables:
-        bar = f"[{_BARS}+{8 * TABLE_SLOT}]"
-        tab = (
-            "cvta.to.global.u64 g, $2;\n"
-            f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {TABLE_BYTES};\n"
-            "@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-            f"[{_TABS}], [g], {TABLE_BYTES}, {bar};\n"
-        )
+        tab = "cvta.to.global.u64 g, $2;\n" + bulk_copy_asm(f"[{_TABS}]", f"[{_BARS}+{8 * TABLE_SLOT}]", TABLE_BYTES)
     return (
         (f".shared .align 1024 .b8 {_PAGES}[{PAGE_BYTES * ring}];\n" if ring else "")
         + f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
@@ -117,27 +112,42 @@ def _declare_asm(ring: int, tables: int) -> str:
     )
 
 
+@constexpr_function
+def bulk_copy_asm(dst: str, bar: str, nbytes: int) -> str:
+    """PTX lines, under predicate p: mbarrier ``bar`` expects ``nbytes`` more, and the bulk
+    copy of ``nbytes`` from the global address in register g lands at ``dst`` (both
+    ``[symbol+offset]``), completing on ``bar``. Also ``block_ring.py``'s."""
+    return (
+        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {nbytes};\n"
+        f"@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, [g], {nbytes}, {bar};\n"
+    )
+
+
 def _issue_asm(slot: int) -> str:
     """Thread 0 ($1 == 0) and a live page ($2 != 0): slot ``slot``'s mbarrier expects the
     page's bytes, and the bulk copy of the page at global address $3 lands there."""
-    bar = f"[{_BARS}+{8 * slot}]"
     return (
         "{\n.reg .pred p, q;\n.reg .b64 g;\nsetp.eq.b32 p, $1, 0;\nsetp.ne.b32 q, $2, 0;\nand.pred p, p, q;\n"
         "cvta.to.global.u64 g, $3;\n"
-        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {PAGE_BYTES};\n"
-        f"@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
-        f"[{_PAGES}+{PAGE_BYTES * slot}], [g], {PAGE_BYTES}, {bar};\nmov.b32 $0, 0;\n}}"
+        + bulk_copy_asm(f"[{_PAGES}+{PAGE_BYTES * slot}]", f"[{_BARS}+{8 * slot}]", PAGE_BYTES)
+        + "mov.b32 $0, 0;\n}"
     )
 
 
 def _wait_asm(slot: int, phase: int) -> str:
-    """A live page ($1 != 0): poll slot ``slot``'s mbarrier for phase ``phase``, at most
-    POLLS times; $0 = 1 if the phase never completed (the caller reports it), else 0.
+    """Slot ``slot``'s ``wait_asm``."""
+    return wait_asm(f"[{_BARS}+{8 * slot}]", phase)
+
+
+@constexpr_function
+def wait_asm(bar: str, phase: int) -> str:
+    """Where $1 != 0 (a live page): poll mbarrier ``bar`` (``[symbol+offset]``) for phase
+    ``phase``, at most POLLS times; $0 = 1 if the phase never completed (the caller
+    reports it), else 0. Also ``block_ring.py``'s.
     The loop is one basic block — the count's step and test predicated on the failed
     poll — so ptxas keeps it as it keeps a bare ``try_wait`` loop: a poll and a branch not
     taken on the way through. A slow path of its own (a timer's test, the report's atomic)
     ptxas lays inline, and every wait then jumps over it."""
-    bar = f"[{_BARS}+{8 * slot}]"
     return (
         "{\n.reg .pred p, q;\n.reg .b32 k;\nmov.b32 $0, 0;\nsetp.eq.b32 q, $1, 0;\n@q bra DONE_${:uid};\n"
         f"mov.b32 k, {POLLS};\nSPIN_${{:uid}}:\n"
