@@ -48,6 +48,14 @@ def device_tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.dev
         raise ValueError(f"{name}: must be contiguous (strides {x.stride()})")
 
 
+def cache_aligned(name: str, x: torch.Tensor) -> None:
+    """A key cache whose first byte is 16-byte aligned: the GPU scorers copy its pages or
+    half-blocks by bulk copies, which take 16-byte aligned addresses only (a view that
+    starts mid-row passes every other check). ValueError otherwise."""
+    if x.data_ptr() % 16:
+        raise ValueError(f"{name}: its first byte must be 16-byte aligned (data_ptr() % 16 = {x.data_ptr() % 16})")
+
+
 def query_sets(q_sel, q_set_stride, device: torch.device, unit: str) -> None:
     """A scorer's choice of query tile set: ``q_sel`` None or int64 [n] on ``device``;
     ``q_set_stride`` an int >= 0 and a multiple of 16 ``unit`` (the Gluon scorers read a
@@ -150,10 +158,12 @@ def error_record(error, device: torch.device) -> None:
 
 
 def scorer_operands(k_cache, lens, batch: int, device: torch.device) -> None:
-    """The scorer's cache uint8 [N >= 1, 128, 72] and lengths int32 [B], contiguous on ``device``."""
+    """The scorer's cache uint8 [N >= 1, 128, 72] (16-byte aligned) and lengths int32 [B],
+    contiguous on ``device``."""
     device_tensor("k_cache", k_cache, torch.uint8, 3, device)
     if tuple(k_cache.shape[1:]) != (PAGE, ROW_BYTES) or k_cache.shape[0] < 1:
         raise ValueError(f"k_cache: expected [N >= 1, {PAGE}, {ROW_BYTES}], got {list(k_cache.shape)}")
+    cache_aligned("k_cache", k_cache)
     device_tensor("lens", lens, torch.int32, 1, device)
     if lens.shape[0] != batch:
         raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")

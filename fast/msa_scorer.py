@@ -124,6 +124,7 @@ def score_blocks(
     device = q_tile.device
     if k_cache.dim() != 3 or tuple(k_cache.shape[1:]) != (PAGE, HEAD_DIM) or k_cache.shape[0] < 1:
         raise ValueError(f"k_cache: expected shape [N >= 1, {PAGE}, {HEAD_DIM}], got {list(k_cache.shape)}")
+    checks.cache_aligned("k_cache", k_cache)
     check_int("num_pages", num_pages, low=1)
     check_int("stride", stride, low=1)
     check_int("offset", offset, low=0, high=stride - 1)
