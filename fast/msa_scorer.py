@@ -1,9 +1,9 @@
 """``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device.
 
-Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: each
-thread's fragment of the keys through a cp.async ring, widened in registers; GPUs, E4M3 keys
-by default) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the interpreter's, and the
-GPUs' for BF16 keys). ``GPU_KERNEL`` says which a GPU runs.
+Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: the keys
+through a shared-memory ring, each thread's fragment widened in registers; GPUs, E4M3 keys
+by default) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the interpreter's, and
+the GPUs' for BF16 keys). ``GPU_KERNEL`` says which a GPU runs.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 from . import checks
 from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
+from .kernels import block_ring
 from .kernels.msa_scorer import msa_score_kernel
 from .kernels.msa_scorer_mma import msa_score_kernel_mma
-from .kernels.page_maxima import partial_maxima
+from .kernels.page_maxima import pad_pow2, partial_maxima
 from .kernels.scorer_wgmma import mma_rows, pages_per_program
 from .scorer import first_set, no_record
 
@@ -38,9 +39,20 @@ NUM_WARPS = 4
 # The kernel a GPU runs per key dtype: the mma kernel for E4M3; for BF16 (no conversion to
 # hide) the dot kernel measured faster at every batch >= 8 (fast/tools/PERF.md).
 GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
-# The mma kernel's cp.async ring per key dtype: half-blocks per program, STAGES - 1 in
-# flight (measured choices: fast/tools/PERF.md).
+
+# The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight
+# (measured choices: fast/tools/PERF.md). It is filled by bulk copies where it fits the
+# static shared memory beside the kernel's own buffers (``max_stages``), else by every
+# thread's cp.async copies in dynamic memory (``ring_feed``). From N 32 the bulk ring takes
+# one slot fewer (WIDE_RING_STAGES): a fourth E4M3 slot beside the larger q tile and maxima
+# leaves room for 4 programs an SM, not 5, and two BF16 slots are all that fit.
 RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
+WIDE_RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 3}
+# The mma kernel's register cap with E4M3 keys in the bulk ring up to N 16: six programs
+# an SM by registers, as many as its shared memory allows at N 8 (ptxas alone takes 88-106:
+# five). Elsewhere ptxas's choice: at N 32 shared memory allows five programs either way,
+# at N 64 the cap spills, and BF16 capped lost up to 0.05 at N 32 (fast/tools/PERF.md).
+BULK_FP8_MAX_REGISTERS = 80
 
 
 def mma_partials(rows: int, ppp: int) -> int:
@@ -53,10 +65,43 @@ def mma_partials(rows: int, ppp: int) -> int:
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
-def ring_stages(dtype: torch.dtype, ppp: int, stages: int | None = None) -> int:
-    """The mma kernel's ring depth for ``ppp`` columns per program: ``stages`` (default
-    ``RING_STAGES``'s), no deeper than the program's 2 ppp half-blocks need."""
-    return min(stages or RING_STAGES[dtype], 2 * ppp + 1)
+def dynamic_bytes(rows: int, ppp: int) -> int:
+    """The mma kernel's dynamic shared memory at N = ``rows`` with ``ppp`` columns a
+    program: q's 16-bit tile [rows, 128] and the partial maxima [pad(ppp), parts, rows]
+    fp32 — at N 8 the tile is read into registers before any maximum is stored, and the
+    two share the space."""
+    tile = rows * HEAD_DIM * 2
+    maxima = pad_pow2(ppp) * mma_partials(rows, ppp) * rows * 4
+    return max(tile, maxima) if rows == 8 else tile + maxima
+
+
+def max_stages(dtype: torch.dtype, rows: int, ppp: int) -> int:
+    """The deepest ring the mma kernel may take at N = ``rows`` with ``ppp`` columns a
+    program: within the static shared memory beside its dynamic buffers
+    (``block_ring.max_stages``), and no deeper than the program's 2 ppp half-blocks need."""
+    return min(block_ring.max_stages(dynamic_bytes(rows, ppp), dtype.itemsize), 2 * ppp + 1)
+
+
+def ring_feed(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None) -> tuple[int, bool]:
+    """The mma kernel's ring at N = ``rows`` with ``ppp`` columns per program: (depth,
+    bulk), bulk where the depth fits ``max_stages``, else the cp.async ring. The depth:
+    ``stages`` (2 .. 8) if given; else the bulk ring's policy (``RING_STAGES``, from N 32
+    ``WIDE_RING_STAGES``) where it fits, else ``RING_STAGES`` for the cp.async ring —
+    either no deeper than the program's 2 ppp half-blocks need."""
+    room = max_stages(dtype, rows, ppp)
+    if stages is None:
+        stages = min((WIDE_RING_STAGES if rows >= 32 else RING_STAGES)[dtype], 2 * ppp + 1)
+        if stages > room:
+            stages = min(RING_STAGES[dtype], 2 * ppp + 1)
+    return stages, stages <= room
+
+
+def mma_constants(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None) -> dict:
+    """The mma kernel's ring constants (``ring_feed``: STAGES, BULK) and, where capped, its
+    register cap (``maxnreg``) at N = ``rows`` with ``ppp`` columns a program."""
+    stages, bulk = ring_feed(dtype, rows, ppp, stages)
+    capped = bulk and dtype == torch.float8_e4m3fn and rows <= 16
+    return {"STAGES": stages, "BULK": bulk} | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
 
 
 def check_keys(name: str, x, dtype=None) -> None:
@@ -115,7 +160,8 @@ def score_blocks(
     kernel: "mma" or "dot" (default: ``GPU_KERNEL``'s on a GPU, "dot" elsewhere; the mma
     kernel runs on GPUs only).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
-    the grid); stages: its cp.async ring of half-blocks (2 .. 8, default ``ring_stages``);
+    the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
+    than ``max_stages`` is filled by cp.async copies);
     tests and the bench's variants set them.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
@@ -184,9 +230,13 @@ def score_blocks(
     if kernel == "mma":
         rows = mma_rows((SLOTS - first_slot) * hs)
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
-        stages = ring_stages(k_cache.dtype, ppp, stages)
         msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](
-            *args, ROWS=rows, PPP=ppp, PARTS=mma_partials(rows, ppp), STAGES=stages, **common
+            *args,
+            ROWS=rows,
+            PPP=ppp,
+            PARTS=mma_partials(rows, ppp),
+            **mma_constants(k_cache.dtype, rows, ppp, stages),
+            **common,
         )
         return out
     live = (SLOTS - first_slot) * hs

@@ -1,13 +1,20 @@
 """fast's MSA block scorer (docs/DESIGN.md §10.2) against the reference's: bit for bit on
 exact-arithmetic keys (unwritten slots' NaN rows included), within the fp32 order bound on
-random ones; a bad id is never loaded, scores NaN and is recorded."""
+random ones; a bad id is never loaded, scores NaN and is recorded; the mma kernel's ring
+fits its shared memory, and its bounded wait gives up and says so."""
+
+import time
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
-from fast.errors import new_record
+from fast.errors import PageCopyTimeoutError, new_record, raise_recorded
+from fast.kernels import block_ring, page_ring
+from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
 from fast.msa_scorer import score_blocks
 from indexer_constants import SLOTS
 from reference import msa
@@ -166,6 +173,29 @@ def test_bad_arguments_name_themselves(change, match):
         score_blocks(**args)
 
 
+def test_the_rings_feed_fits_its_shared_memory():
+    """``ring_feed``: every depth the policy picks fits a program's 2 ppp half-blocks; a
+    bulk ring fits the static shared memory beside the kernel's dynamic buffers (a larger
+    one fails at launch), and the cp.async ring is what is left where none fits; E4M3 goes
+    bulk at every N up to 32 (the bench's shapes), BF16 at N 32 only (two 16 KB slots)."""
+    from fast.kernels.scorer_wgmma import long_row_pages
+    from fast.msa_scorer import dynamic_bytes, max_stages, ring_feed
+
+    for dtype in DTYPES.values():
+        for rows in (8, 16, 32, 64):
+            for ppp in range(1, 17):
+                stages, bulk = ring_feed(dtype, rows, ppp)
+                assert 2 <= stages <= min(8, 2 * ppp + 1), (dtype, rows, ppp)
+                static = page_ring.BASE_STATIC + block_ring.ring_bytes(stages, dtype.itemsize)
+                fits = static + dynamic_bytes(rows, ppp) <= page_ring.SHARED_LIMIT
+                assert bulk == fits == (stages <= max_stages(dtype, rows, ppp)), (dtype, rows, ppp)
+                if dtype == torch.float8_e4m3fn and rows <= 32 and ppp <= long_row_pages(rows):
+                    assert bulk, (rows, ppp)  # at every program size the launch picks
+                for asked in range(2, 9):  # a depth the caller asks for: bulk where it fits
+                    assert ring_feed(dtype, rows, ppp, asked) == (asked, asked <= max_stages(dtype, rows, ppp))
+    assert [ring_feed(torch.bfloat16, rows, 4)[1] for rows in (8, 16, 32, 64)] == [False, False, True, False]
+
+
 # The GPU kernels (the default mma kernel, and the dot kernel the interpreter runs) over the
 # shapes a decode launches: N 8 (mma.sync), 16, 32 and 64 (wgmma), every slot or the last
 # few, unwritten slots (NaN rows), a CP rank's stride, and 1 to 8 columns a program.
@@ -183,7 +213,17 @@ def kernel_scores(case, table, stride, offset, query_len, first_slot, **kw):
 @pytest.mark.parametrize("heads,first_slot,query_len", GPU_SHAPES)
 @pytest.mark.parametrize(
     "kernel,ppp,stages",
-    [("mma", 1, 3), ("mma", 3, 4), ("mma", 8, 6), ("mma", 3, 2), ("mma", None, None), ("dot", None, None)],
+    # the ring filled by bulk copies or (a depth the static shared memory cannot hold: 6,
+    # BF16's 3 and 4 but at N 32, N 64's) by cp.async, more slots than half-blocks (2, 5)
+    [
+        ("mma", 1, 3),
+        ("mma", 3, 4),
+        ("mma", 8, 6),
+        ("mma", 3, 2),
+        ("mma", 2, 5),
+        ("mma", None, None),
+        ("dot", None, None),
+    ],
 )
 def test_gpu_kernels_score_exact_keys_bit_for_bit(dtype, heads, first_slot, query_len, kernel, ppp, stages):
     """Exact-arithmetic keys (the last 16 tokens of each block large: a token mask one off
@@ -221,3 +261,25 @@ def test_gpu_kernels_score_random_keys_within_the_bound(dtype, heads, first_slot
             stored = (want[b] != POISON) & ~want[b].isnan()
             stored[:first_row] = False
             assert bool(((got[b] - want[b]).abs() <= bound)[stored].all()), (kw, b)
+
+
+@gluon.jit
+def _wait_for_a_half_block_never_copied(err_ptr):
+    block_ring.declare(2, 1)
+    gl.thread_barrier()
+    page_ring.report(block_ring.wait(1, 2), err_ptr)
+
+
+@pytest.mark.gpu
+def test_the_block_rings_wait_gives_up_and_says_so():
+    """A wait for a half-block never copied returns after the bound (``page_ring.POLLS``
+    polls: not at once, not forever), records the timeout in the protocol word, and
+    check() names it."""
+    record = new_record(torch.device("cuda"))
+    start = time.monotonic()
+    _wait_for_a_half_block_never_copied[(2,)](record, num_warps=4)
+    torch.cuda.synchronize()
+    assert 0.01 <= time.monotonic() - start < 10
+    assert record.tolist()[0] == ERR_PAGE_COPY_TIMEOUT
+    with pytest.raises(PageCopyTimeoutError):
+        raise_recorded(record)

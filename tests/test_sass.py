@@ -157,10 +157,15 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     assert static + dynamic <= page_ring.SHARED_LIMIT, usage
     assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
     assert sass.count("BAR.SYNC") <= pages + 3, sass.count("BAR.SYNC")
-    # A landed page's wait takes no branch: between a poll and the page's first shared read
-    # every branch is a poll loop's retry (taken only on a failed poll), one a poll (the
-    # table's wait and the first page's come together). A bound with a slow path of its own
-    # puts a branch taken at every wait here.
+    _assert_landed_copies_take_no_branch(sass)
+    assert sass.count("TRYWAIT") == pages + tables  # one poll a wait, the retry inside its loop
+
+
+def _assert_landed_copies_take_no_branch(sass: str) -> None:
+    """A landed copy's wait takes no branch: between a poll and the first shared read after
+    it every branch is a poll loop's retry (taken only on a failed poll), one a poll (two
+    waits may come together). A bound with a slow path of its own puts a branch taken at
+    every wait here."""
     listing = [line.split("*/", 1)[1].strip() for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
     for at, line in enumerate(listing):
         if "TRYWAIT" in line:
@@ -168,7 +173,6 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
             branches = [b for b in listing[at:read] if "BRA" in b]
             polls = sum("TRYWAIT" in b for b in listing[at:read])
             assert len(branches) == polls and all(b.startswith("@!P") for b in branches), branches
-    assert sass.count("TRYWAIT") == pages + tables  # one poll a wait, the retry inside its loop
 
 
 @pytest.mark.parametrize("hs, first_slot, pages", [(4, 0, 8), (4, 0, 3), (1, 0, 3), (4, 4, 1), (8, 0, 4)])
@@ -229,10 +233,12 @@ def test_pipe_rate_loops_are_the_instruction_under_test():
 @pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 7), (4, 4), (4, 0), (8, 0)])
 def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first_slot, tmp_path):
     """The MSA format's mma scorer compiles for sm_90 at every N a decode launches (8:
-    mma.sync; 16, 32, 64: wgmma), as launched (its ring depth, the grid's largest programs),
-    spills nothing, and moves every key byte once by cp.async: a thread copies its 32 or 64
-    bytes of each 64-token half-block's tokens (two per warp lane pair) in 16-byte pieces,
-    nothing more (the GPU tests hold its scores to the reference's)."""
+    mma.sync; 16, 32, 64: wgmma), as launched (its ring and register cap, the grid's
+    largest programs), spills nothing, and moves every key byte once: where ``ring_feed``
+    says bulk, one bulk copy a 64-token half-block, one wait each (taking no branch once
+    landed), its ring's static shared memory and the dynamic buffers as ``max_stages``
+    counts them; else each thread its 32 or 64 bytes of each half-block's tokens by 16-byte
+    cp.async copies, nothing more (the GPU tests hold its scores to the reference's)."""
     dump = tmp_path / "msa.sass"
     cmd = ["-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
     cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump)]
@@ -240,15 +246,33 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    import torch
+
+    from fast.kernels import block_ring, page_ring
     from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
+    from fast.msa_scorer import KEY_FORMATS, dynamic_bytes, mma_constants
     from fast.tools.sass import instruction_mix
 
     rows = mma_rows((8 - first_slot) * hs)
+    ppp = long_row_pages(rows)
+    dtype = KEY_FORMATS[key_format]
+    launch = mma_constants(dtype, rows, ppp)
     text = dump.read_text()
     mix = instruction_mix(text)
     assert mix["HMMA" if rows == 8 else "HGMMA"] > 0, mix
-    copies_a_half = 4 if key_format == "fp8" else 8  # 64 / 128 bytes a thread, 16 a copy
-    assert mix["LDGSTS"] == 2 * long_row_pages(rows) * copies_a_half, mix
+    static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in (" SHARED", "DYNAMIC"))
+    if launch["BULK"]:
+        assert mix["UBLKCP"] == 2 * ppp and mix["LDGSTS"] == 0, mix
+        assert text.count("TRYWAIT") == 2 * ppp  # one poll a wait, the retry inside its loop
+        _assert_landed_copies_take_no_branch(text)
+        assert dynamic == dynamic_bytes(rows, ppp), usage
+        assert static == page_ring.BASE_STATIC + block_ring.ring_bytes(launch["STAGES"], dtype.itemsize), usage
+        assert static + dynamic <= page_ring.SHARED_LIMIT, usage
+        cap = launch.get("maxnreg")
+        assert cap is None or int(re.search(r"REG:(\d+)", usage).group(1)) <= cap, usage
+    else:
+        copies_a_half = 4 if dtype == torch.float8_e4m3fn else 8  # 64 / 128 bytes a thread, 16 a copy
+        assert mix["LDGSTS"] == 2 * ppp * copies_a_half and mix["UBLKCP"] == 0, mix
     # the program's block ids are loaded once, before its first MMA: a table load in the
     # half-block loop would hold the next copy (and, in order, the MMA after it) for a
     # load's latency; the query rows come in 16-byte loads, not element by element

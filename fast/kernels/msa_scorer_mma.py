@@ -1,7 +1,9 @@
-"""The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: each thread
-copies the key bytes of its own MMA fragment into a shared-memory ring with ``cp.async``,
-reads them back and widens them in registers (Gluon); the block maxima stay per thread
-until the program's end.
+"""The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: 64-token
+half-blocks reach a shared-memory ring by bulk copies (``block_ring.py``), each thread reads
+back the key bytes of its own MMA fragment and widens them in registers (Gluon); the block
+maxima stay per thread until the program's end. Where that ring does not fit the static
+shared memory (``msa_scorer.ring_feed``), each thread copies its own bytes into a dynamic
+ring by 16-byte ``cp.async`` copies instead (BULK off).
 
 Why: the ``tl.dot`` scorer (``msa_scorer.py``, the interpreter's) hands the compiler a
 converted [128, 128] tile that it stages through shared memory, and reduces each block's
@@ -13,10 +15,10 @@ STAGES - 1 half-blocks stay in flight whatever the MMA does (fast/tools/PERF.md)
 
 The trick: the dot product's dimension may be permuted if q is permuted alike
 (``column_order.py``: the NVFP4 scorer's order), so a lane's 32 columns of a token are 32
-contiguous elements: 32 bytes of E4M3 (two 16-byte copies) or 64 of BF16 (four). Each
-thread reads back only what it copied. E4M3 widens to f16 exactly (``cvt``, two elements
-an instruction); BF16 is the operand as it lies. Once per program, after its block ids
-(one load: none in the loop) and its first copies went out, q is loaded in the same order.
+contiguous elements: 32 bytes of E4M3 (two 16-byte shared loads) or 64 of BF16 (four).
+E4M3 widens to f16 exactly (``cvt``, two elements an instruction); BF16 is the operand as
+it lies. Once per program, after its block ids (one load: none in the loop) and its first
+copies went out, q is loaded in the same order.
 
 Up to 8 rows the MMA is the per-warp ``mma.sync`` m16n8k16 (q in registers); above, wgmma
 with A from registers and q from shared memory, N the rows rounded up to a power of two.
@@ -37,6 +39,7 @@ from triton.runtime.jit import constexpr_function
 
 from indexer_constants import HEAD_DIM, PAGE
 
+from . import block_ring, page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
@@ -49,7 +52,7 @@ _NONE = gl.constexpr(2**31 - 1)
 
 # A 64-token half-block's raw elements [64 tokens, 128 physical dimensions]: lane (gid, tig)
 # of warp w holds tokens 16 w + gid and 16 w + gid + 8, dimensions [32 tig, 32 tig + 32) in
-# its registers in order (so each thread's copies and reads are 16 bytes wide).
+# its registers in order (so each thread's reads are 16 bytes wide).
 _RAW_LAYOUT = gl.constexpr(
     gl.DistributedLinearLayout(
         reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
@@ -100,15 +103,22 @@ def _ids_layout(pad):
 
 @gluon.jit
 def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
-    """Start copying the program's half-block n (tokens [64 (n % 2), + 64) of its column
-    n // 2, whose block is ``blocks[n // 2]``) into ring slot n % STAGES: each thread copies
-    the bytes it will read back (_RAW_LAYOUT)."""
+    """The other feed (BULK off): start copying the program's half-block n into ring slot
+    n % STAGES of a dynamic shared-memory ring, each thread the bytes it will read back
+    (_RAW_LAYOUT) by 16-byte ``cp.async`` copies."""
+    t = gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
+    d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
+    page = _half_block(k_ptr, blocks, n)
+    async_copy.async_copy_global_to_shared(ring.index(n % STAGES), page + t[:, None] * _DIM + d[None, :])
+
+
+@gluon.jit
+def _half_block(k_ptr, blocks, n: gl.constexpr):
+    """The first element of the program's half-block n: tokens [64 (n % 2), + 64) of its
+    column n // 2, whose block is ``blocks[n // 2]``."""
     cols = gl.arange(0, blocks.shape[0], layout=blocks.type.layout)
     block = gl.sum(gl.where(cols == n // 2, blocks, 0), axis=0)
-    t = 64 * (n % 2) + gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
-    d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
-    page = k_ptr + block.to(gl.int64) * (_PAGE * _DIM)
-    async_copy.async_copy_global_to_shared(ring.index(n % STAGES), page + t[:, None] * _DIM + d[None, :])
+    return k_ptr + block.to(gl.int64) * (_PAGE * _DIM) + (n % 2) * (64 * _DIM)
 
 
 @gluon.jit
@@ -128,7 +138,7 @@ def msa_score_kernel_mma(
     bt_ptr,  # int32 [B, W]: column j holds global block j * stride + offset
     lens_ptr,  # int32 [B]
     out_ptr,  # fp32 [B, 8 * HS, W]
-    err_ptr,  # int32 [5]: the error record (RECORD)
+    err_ptr,  # int32 [5]: the error record (RECORD; a bulk ring's wait that gives up sets its protocol word)
     width,
     num_pages,  # P: blocks the full table holds
     stride,
@@ -145,7 +155,8 @@ def msa_score_kernel_mma(
     IS_FP8: gl.constexpr,
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     PDL: gl.constexpr,
-    STAGES: gl.constexpr,  # half-blocks in the cp.async ring (2 .. 2 PPP + 1): STAGES - 1 in flight
+    STAGES: gl.constexpr,  # half-blocks in the ring (2 .. 2 PPP + 1): STAGES - 1 in flight
+    BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
     ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
@@ -182,13 +193,19 @@ def msa_score_kernel_mma(
         ids = gl.load(bt_row + first + cols, mask=readable, other=0)
         blocks = gl.where(readable & (ids >= 0) & (ids < num_blocks), ids, 0)
         # the first half-blocks go out before q is gathered
-        VEC: gl.constexpr = 128 // k_ptr.dtype.element_ty.primitive_bitwidth  # 16 bytes
-        ring = gl.allocate_shared_memory(
-            k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(VEC, 1, 8, [1, 0])
-        )
-        for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-            _copy_half(ring, n, STAGES, k_ptr, blocks)
-            async_copy.commit_group()
+        BYTES: gl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
+        if BULK:
+            block_ring.declare(STAGES, BYTES)
+            gl.thread_barrier()  # the ring's mbarriers initialised for every thread
+            for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
+                block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
+        else:
+            ring = gl.allocate_shared_memory(
+                k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(16 // BYTES, 1, 8, [1, 0])
+            )
+            for n in gl.static_range(STAGES - 1):
+                _copy_half(ring, n, STAGES, k_ptr, blocks)
+                async_copy.commit_group()
         # q in logical column order, its rows loaded whole (column_order.py). A row holding
         # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
         # NaN) and are stored as NaN either way, so its elements go in as they are.
@@ -201,16 +218,27 @@ def msa_score_kernel_mma(
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
         # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
-        # as k is read (every step commits a group, empty past the program's last half, so
-        # "STAGES - 2 groups pending" always means half k has landed)
+        # as k is read, into the slot of half k - 1. Bulk: after a barrier (every thread has
+        # read that slot). cp.async: every step commits a group, empty past the program's
+        # last half, so "STAGES - 2 groups pending" always means half k has landed.
+        late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
         for k in gl.static_range(2 * PPP):
-            async_copy.wait_group(STAGES - 2)
-            raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
-            # a compile-time test: kept inline, as a name assigned in the loop would be a run-time
-            # value, and a cp.async under a run-time branch fails Triton's lowering
+            if BULK:
+                late = late | block_ring.wait(k, STAGES)
+                raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8)
+            else:
+                async_copy.wait_group(STAGES - 2)
+                raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
+            # a compile-time test: kept inline, as a name assigned in the loop would be a
+            # run-time value, and a cp.async under a run-time branch fails Triton's lowering
             if k + STAGES - 1 < 2 * PPP:
-                _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
-            async_copy.commit_group()
+                if BULK:
+                    gl.thread_barrier()
+                    block_ring.issue(_half_block(k_ptr, blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES)
+                else:
+                    _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
+            if not BULK:
+                async_copy.commit_group()
             # its MMA; the token mask where some scored row sees only part of the block
             g = (first + k // 2) * stride + offset
             a = _fragment(raw, a_layout, IS_FP8)
@@ -226,6 +254,8 @@ def msa_score_kernel_mma(
                 acc = gl.where(visible, acc, float("-inf"))
             run = page_max(acc, run, k % 2, maxima, k // 2, PARTS)
 
+        if BULK:
+            page_ring.report(late, err_ptr)
         gl.thread_barrier()
         best = column_maxima(maxima, PAD, PARTS, ROWS)  # [PAD columns, ROWS]
         tops: gl.constexpr = gl.SliceLayout(1, maxima_layout(ROWS, PARTS))

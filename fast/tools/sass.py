@@ -44,7 +44,7 @@ from ..kernels.scorer_wgmma import (
     shared_tables,
 )
 from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
-from ..msa_scorer import mma_partials, ring_stages
+from ..msa_scorer import mma_constants, mma_partials
 from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from ..select.warp_ptx import warp_asm_options
 from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
@@ -102,7 +102,8 @@ def scorer_sass(
     prmt's tokens per MMA block; first_slot: as ``score_pages``' — 7 is a query_len 1 step;
     pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait;
     lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
-    pages in its shared-memory ring, 0 for the register pipeline, None its policy)."""
+    pages in its shared-memory ring, 0 for the register pipeline, or the MSA kernel's
+    half-blocks in its ring (``score_blocks``' stages); None the policy's)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -119,8 +120,12 @@ def scorer_sass(
             "PARTS": mma_partials(rows, ppp),
             "IS_FP8": kernel == "msa-fp8",
             "RECORD": True,
-            "STAGES": ring_stages(torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16, ppp),
         }
+        dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
+        ring_constants = mma_constants(dtype, rows, ppp, ring)  # as score_blocks launches it
+        if "maxnreg" in ring_constants:
+            options["maxnreg"] = ring_constants.pop("maxnreg")
+        constexprs |= ring_constants
         signature |= {k: "constexpr" for k in constexprs}
         src = GluonASTSource(
             fn=msa_score_kernel_mma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
@@ -574,7 +579,9 @@ def main(argv=None) -> int:
     parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
     parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument(
-        "--ring", type=int, help="wgmma only: pages in its shared-memory ring, 0 for registers (default: its policy)"
+        "--ring",
+        type=int,
+        help="wgmma: pages in its shared-memory ring, 0 for registers; msa: half-blocks in its ring (default: policy)",
     )
     parser.add_argument(
         "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
