@@ -2,8 +2,8 @@
 
 Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: the keys
 through a shared-memory ring, each thread's fragment widened in registers; GPUs, E4M3 keys
-by default) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the interpreter's, and
-the GPUs' for BF16 keys). ``GPU_KERNEL`` says which a GPU runs.
+by default, BF16 at N 32) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the
+interpreter's, and the GPUs' for BF16 keys elsewhere). ``gpu_kernel`` says which a GPU runs.
 """
 
 from __future__ import annotations
@@ -36,9 +36,13 @@ STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 2}
 NUM_WARPS = 4
 
 
-# The kernel a GPU runs per key dtype: the mma kernel for E4M3; for BF16 (no conversion to
-# hide) the dot kernel measured faster at every batch >= 8 (fast/tools/PERF.md).
-GPU_KERNEL = {torch.bfloat16: "dot", torch.float8_e4m3fn: "mma"}
+def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
+    """The kernel a GPU runs at N = ``rows`` (``mma_rows`` of the rows scored): the mma
+    kernel for E4M3 keys; for BF16 (no conversion to hide) the dot kernel measured faster
+    at every batch >= 8 but at N 32, where the mma kernel's ring of bulk copies fits (two
+    slots, ``ring_feed``) and measured 0.01-0.03 of the ceiling faster (fast/tools/PERF.md)."""
+    return "mma" if dtype == torch.float8_e4m3fn or rows == 32 else "dot"
+
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight
 # (measured choices: fast/tools/PERF.md). It is filled by bulk copies where it fits the
@@ -157,7 +161,7 @@ def score_blocks(
     dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
     NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
     is recorded: a program's first, and the record's first writer wins.
-    kernel: "mma" or "dot" (default: ``GPU_KERNEL``'s on a GPU, "dot" elsewhere; the mma
+    kernel: "mma" or "dot" (default: ``gpu_kernel``'s on a GPU, "dot" elsewhere; the mma
     kernel runs on GPUs only).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
     the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
@@ -188,7 +192,8 @@ def score_blocks(
         checks.error_record(error, device)
     if pdl and device.type != "cuda":
         raise ValueError(f"pdl: needs a GPU, not {device.type}")
-    kernel = kernel or (GPU_KERNEL[k_cache.dtype] if device.type == "cuda" else "dot")
+    rows = mma_rows((SLOTS - first_slot) * hs)
+    kernel = kernel or (gpu_kernel(k_cache.dtype, rows) if device.type == "cuda" else "dot")
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
     if kernel == "mma" and device.type != "cuda":
@@ -228,7 +233,6 @@ def score_blocks(
         **pdl_options(pdl),
     )
     if kernel == "mma":
-        rows = mma_rows((SLOTS - first_slot) * hs)
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
         msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](
             *args,
