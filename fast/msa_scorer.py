@@ -40,7 +40,7 @@ def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
     """The kernel a GPU runs at N = ``rows`` (``mma_rows`` of the rows scored): the mma
     kernel for E4M3 keys; for BF16 (no conversion to hide) the dot kernel measured faster
     at every batch >= 8 but at N 32, where the mma kernel's ring of bulk copies fits (two
-    slots, ``ring_feed``) and measured 0.01-0.03 of the ceiling faster (fast/tools/PERF.md)."""
+    slots, ``ring_feed``) and measured up to 0.014 of the ceiling faster (fast/tools/PERF.md)."""
     return "mma" if dtype == torch.float8_e4m3fn or rows == 32 else "dot"
 
 
