@@ -1,5 +1,6 @@
 """What the single-process test files share: the device they run on, the poison value for
-score columns a kernel must leave untouched, and the guards' id bounds written out in Python."""
+score columns a kernel must leave untouched, the guards' id bounds written out in Python, and
+a key cache moved off its 16-byte alignment."""
 
 import torch
 
@@ -13,6 +14,16 @@ POISON = 1e30  # a column that keeps it was not written: read back, it would ran
 def on(x):
     """``x`` on the tests' device (the GPU if one is used, else the CPU)."""
     return x.to(DEV)
+
+
+def misaligned(cache: torch.Tensor) -> torch.Tensor:
+    """``cache``'s values in a contiguous view of the same shape whose first byte lies 8
+    bytes past a 16-byte boundary (every other check passes it)."""
+    room = torch.empty(cache.numel() + 16, dtype=cache.dtype, device=cache.device)
+    skip = (-room.data_ptr() % 16 + 8) // cache.element_size()
+    view = room[skip : skip + cache.numel()].view(cache.shape)
+    view.copy_(cache)
+    return view
 
 
 def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:

@@ -32,7 +32,7 @@ from fuzz.runner import example_json
 from fuzz.strategies import DecodeConfig
 from reference.cases import make_case, seq_len_for
 from reference.decode import query_tile
-from support import DEV, on
+from support import DEV, misaligned, on
 
 CASE = make_case(0, [seq_len_for(20, 0), seq_len_for(3, 4)], query_len=2, heads=4, pattern="exact")
 ORDER = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
@@ -393,15 +393,6 @@ def _fast_scorer(fn=score_pages, **kw):
     return call
 
 
-def _misaligned(cache):
-    """``cache``'s bytes in a contiguous view starting 8 bytes past a 16-byte boundary."""
-    room = torch.empty(cache.numel() + 16, dtype=torch.uint8, device=cache.device)
-    skip = -room.data_ptr() % 16 + 8
-    view = room[skip : skip + cache.numel()].view(cache.shape)
-    view.copy_(cache)
-    return view
-
-
 def _variant(**kw):
     return _fast_scorer(score_variant, **kw)
 
@@ -418,7 +409,7 @@ FAST_SCORER = [
     Row("fast-score-q-3d", _fast_scorer(q_tile=on(query_tile(CASE.index_q, 2, 2))[0]), ValueError, "q_tile"),
     Row("fast-score-k-int8", _fast_scorer(k_cache=on(CASE.k_cache).view(torch.int8)), TypeError, "k_cache"),
     Row("fast-score-k-shape", _fast_scorer(k_cache=on(CASE.k_cache)[:, :, :64].contiguous()), ValueError, "k_cache"),
-    Row("fast-score-k-misaligned", _fast_scorer(k_cache=_misaligned(on(CASE.k_cache))), ValueError, "k_cache"),
+    Row("fast-score-k-misaligned", _fast_scorer(k_cache=misaligned(on(CASE.k_cache))), ValueError, "k_cache"),
     Row("fast-score-bt-int64", _fast_scorer(block_table=on(CASE.block_table).long()), TypeError, "block_table"),
     Row("fast-score-lens-short", _fast_scorer(lens=on(CASE.seq_lens)[:1]), ValueError, "lens"),
     Row("fast-score-lens-int64", _fast_scorer(lens=on(CASE.seq_lens).long()), TypeError, "lens"),

@@ -22,7 +22,7 @@ from reference.cases import seq_len_for
 from reference.msa.cases import DTYPES, EXACT_PATTERNS
 from reference.msa.decode import query_tile
 from reference.msa.scores import fp32_order_bound
-from support import DEV, POISON, on
+from support import DEV, POISON, misaligned, on
 
 
 def fast_scores(tile, case, table, **kw):
@@ -130,16 +130,6 @@ def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
     assert record.tolist()[1:] in ([1, 0, 2, -5], [1, 0, 3, 10**6])
 
 
-def _misaligned(cache):
-    """``cache``'s values in a contiguous view whose first byte lies 8 bytes past an
-    aligned address."""
-    room = torch.empty(cache.numel() + 16, dtype=cache.dtype, device=cache.device)
-    skip = (-room.data_ptr() % 16 + 8) // cache.element_size()
-    view = room[skip : skip + cache.numel()].view(cache.shape)
-    view.copy_(cache)
-    return view
-
-
 @pytest.mark.parametrize(
     "change,match",
     [
@@ -147,7 +137,7 @@ def _misaligned(cache):
         (lambda a: a.update(k_cache=a["k_cache"].float()), "k_cache: expected dtype bfloat16 or"),
         (lambda a: a.update(k_cache=a["k_cache"][:, :, :64].contiguous()), "k_cache: expected shape"),
         (lambda a: a.update(k_cache=a["k_cache"][:, :, ::2]), "k_cache: must be contiguous"),
-        (lambda a: a.update(k_cache=_misaligned(a["k_cache"])), "k_cache: its first byte must be 16-byte aligned"),
+        (lambda a: a.update(k_cache=misaligned(a["k_cache"])), "k_cache: its first byte must be 16-byte aligned"),
         (lambda a: a.update(block_table=a["block_table"].long()), "block_table: expected dtype torch.int32"),
         (lambda a: a.update(out=a["out"][:, :, :1]), r"out: expected float32 \[1, 16, 6\]"),
         (lambda a: a.update(lens=a["lens"].repeat(2)), "lens: expected 1 lengths"),
