@@ -35,7 +35,7 @@ from triton.runtime.jit import constexpr_function
 
 from .page_ring import BASE_STATIC, SHARED_LIMIT, bulk_copy_asm, thread_ids, wait_asm
 
-MAX_STAGES = 8  # the ring's mbarriers are declared for this many slots
+MAX_STAGES = 8  # the deepest ring a kernel may ask for (score_blocks' stages: 2 .. 8)
 _RING = "fast_block_ring"
 _BARS = "fast_block_bars"
 _BAR_BYTES = 1024  # the mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned
