@@ -91,12 +91,14 @@ def ring_feed(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None
     bulk), bulk where the depth fits ``max_stages``, else the cp.async ring. The depth:
     ``stages`` (2 .. 8) if given; else the bulk ring's policy (``RING_STAGES``, from N 32
     ``WIDE_RING_STAGES``) where it fits, else ``RING_STAGES`` for the cp.async ring —
-    either no deeper than the program's 2 ppp half-blocks need."""
+    either no deeper than the program's 2 ppp half-blocks need (the kernel's prologue
+    issues STAGES - 1 of them)."""
     room = max_stages(dtype, rows, ppp)
     if stages is None:
-        stages = min((WIDE_RING_STAGES if rows >= 32 else RING_STAGES)[dtype], 2 * ppp + 1)
-        if stages > room:
-            stages = min(RING_STAGES[dtype], 2 * ppp + 1)
+        stages = (WIDE_RING_STAGES if rows >= 32 else RING_STAGES)[dtype]
+        if min(stages, 2 * ppp + 1) > room:
+            stages = RING_STAGES[dtype]
+    stages = min(stages, 2 * ppp + 1)
     return stages, stages <= room
 
 

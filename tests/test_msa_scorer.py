@@ -182,7 +182,8 @@ def test_the_rings_feed_fits_its_shared_memory():
                 if dtype == torch.float8_e4m3fn and rows <= 32 and ppp <= long_row_pages(rows):
                     assert bulk, (rows, ppp)  # at every program size the launch picks
                 for asked in range(2, 9):  # a depth the caller asks for: bulk where it fits
-                    assert ring_feed(dtype, rows, ppp, asked) == (asked, asked <= max_stages(dtype, rows, ppp))
+                    depth = min(asked, 2 * ppp + 1)
+                    assert ring_feed(dtype, rows, ppp, asked) == (depth, depth <= max_stages(dtype, rows, ppp))
     assert [ring_feed(torch.bfloat16, rows, 4)[1] for rows in (8, 16, 32, 64)] == [False, False, True, False]
 
 
