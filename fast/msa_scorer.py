@@ -18,10 +18,10 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 from . import checks
 from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
-from .kernels import block_ring
+from .kernels import block_ring, page_maxima
 from .kernels.msa_scorer import msa_score_kernel
 from .kernels.msa_scorer_mma import msa_score_kernel_mma
-from .kernels.page_maxima import pad_pow2, partial_maxima
+from .kernels.page_maxima import partial_maxima
 from .kernels.scorer_wgmma import mma_rows, pages_per_program
 from .scorer import first_set, no_record
 
@@ -71,12 +71,8 @@ def mma_partials(rows: int, ppp: int) -> int:
 
 def dynamic_bytes(rows: int, ppp: int) -> int:
     """The mma kernel's dynamic shared memory at N = ``rows`` with ``ppp`` columns a
-    program: q's 16-bit tile [rows, 128] and the partial maxima [pad(ppp), parts, rows]
-    fp32 — at N 8 the tile is read into registers before any maximum is stored, and the
-    two share the space."""
-    tile = rows * HEAD_DIM * 2
-    maxima = pad_pow2(ppp) * mma_partials(rows, ppp) * rows * 4
-    return max(tile, maxima) if rows == 8 else tile + maxima
+    program (``page_maxima.dynamic_bytes`` at its ``mma_partials``)."""
+    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp))
 
 
 def max_stages(dtype: torch.dtype, rows: int, ppp: int) -> int:

@@ -53,7 +53,16 @@ from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .dequant_prmt import GROUP_ASM_TABLED
 from .guards import BAD_BLOCK, ERR_INPUT
-from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max, partial_maxima
+from .page_maxima import (
+    alloc_maxima,
+    column_maxima,
+    dynamic_bytes,
+    maxima_layout,
+    own_tokens_max,
+    pad_pow2,
+    page_max,
+    partial_maxima,
+)
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -127,13 +136,9 @@ def shared_tables(rows: int) -> int:
 
 
 def shared_bytes(rows: int, pages: int) -> int:
-    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program: q's
-    tile (``rows`` x 128 fp16) and the page maxima ([pad_pow2(pages), PARTS, rows] fp32).
-    At N = 8 the tile is dead once loaded into mma.sync's registers, and the compiler puts
-    the maxima in its place; wgmma reads it at every block."""
-    q_tile = rows * 128 * 2
-    maxima = triton.next_power_of_2(pages) * partial_maxima(rows, pages) * rows * 4
-    return max(q_tile, maxima) if rows == 8 else q_tile + maxima
+    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program
+    (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages))
 
 
 def max_ring(rows: int, pages: int, tables: int | None = None) -> int:
