@@ -33,7 +33,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.runtime.jit import constexpr_function
 
-from .page_ring import BASE_STATIC, SHARED_LIMIT, bulk_copy_asm, thread_ids, wait_asm
+from .page_ring import bulk_copy_asm, fits_shared, init_asm, thread_ids, wait_asm
 
 MAX_STAGES = 8  # the deepest ring a kernel may ask for (score_blocks' stages: 2 .. 8)
 _RING = "fast_block_ring"
@@ -54,12 +54,8 @@ def ring_bytes(stages: int, element_bytes: int) -> int:
 
 def max_stages(dynamic_bytes: int, element_bytes: int) -> int:
     """The deepest ring (at most MAX_STAGES) beside ``dynamic_bytes`` of dynamic shared
-    memory within SHARED_LIMIT (``page_ring.max_ring`` says why that limit); 0 if none."""
-    fits = [
-        s
-        for s in range(1, MAX_STAGES + 1)
-        if BASE_STATIC + ring_bytes(s, element_bytes) + dynamic_bytes <= SHARED_LIMIT
-    ]
+    memory (``page_ring.fits_shared``); 0 if none."""
+    fits = (s for s in range(1, MAX_STAGES + 1) if fits_shared(ring_bytes(s, element_bytes), dynamic_bytes))
     return max(fits, default=0)
 
 
@@ -67,12 +63,10 @@ def max_stages(dynamic_bytes: int, element_bytes: int) -> int:
 def _declare_asm(stages, element_bytes):
     """The ring's arrays, and thread $1 == 0 initialising one mbarrier a slot (count 1:
     the issuing thread's arrive), made visible to the copy engine."""
-    inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in range(stages))
     return (
         f".shared .align 1024 .b8 {_RING}[{stages * slot_bytes(element_bytes)}];\n"
         f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
-        "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n" + inits + "fence.mbarrier_init.release.cluster;\n"
-        "fence.proxy.async.shared::cta;\nmov.b32 $0, 0;\n}"
+        "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n" + init_asm(_BARS, range(stages)) + "mov.b32 $0, 0;\n}"
     )
 
 

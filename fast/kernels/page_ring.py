@@ -70,13 +70,17 @@ def ring_bytes(ring: int, tables: int = 0) -> int:
     return (PAGE_BYTES * ring + _BAR_BYTES if ring or tables else 0) + TABLE_BYTES * tables
 
 
+def fits_shared(static_bytes: int, dynamic_bytes: int) -> bool:
+    """Whether a kernel's static arrays (``static_bytes`` beside the cubin's own 1 KB) and
+    its dynamic buffers fit SHARED_LIMIT — Triton opts in to more by the dynamic size alone,
+    so a larger total fails at launch ("invalid argument"). Also ``block_ring.py``'s."""
+    return BASE_STATIC + static_bytes + dynamic_bytes <= SHARED_LIMIT
+
+
 def max_ring(dynamic_bytes: int, tables: int = 0) -> int:
     """The largest ring (at most MAX_RING) a kernel with ``dynamic_bytes`` of dynamic shared
-    memory may declare: its arrays, the cubin's own 1 KB and the dynamic buffers must fit
-    SHARED_LIMIT — Triton opts in to more by the dynamic size alone, so a larger total
-    fails at launch ("invalid argument")."""
-    fits = [r for r in range(MAX_RING + 1) if BASE_STATIC + ring_bytes(r, tables) + dynamic_bytes <= SHARED_LIMIT]
-    return max(fits, default=0)
+    memory may declare (``fits_shared``)."""
+    return max((r for r in range(MAX_RING + 1) if fits_shared(ring_bytes(r, tables), dynamic_bytes)), default=0)
 
 
 POLLS = 1 << 15  # a wait's bound, in polls of the slot's mbarrier (~4 µs each on an H200)
@@ -97,7 +101,6 @@ def _declare_asm(ring: int, tables: int) -> str:
     With ``tables``, thread 0 also starts the copy of the 2 KB scale table at global
     address $2 onto an mbarrier of its own (``wait_tables``)."""
     bars = list(range(ring)) + ([TABLE_SLOT] if tables else [])
-    inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{_BARS}+{8 * s}], 1;\n" for s in bars)
     tab = ""
     if tables:
         tab = "cvta.to.global.u64 g, $2;\n" + bulk_copy_asm(f"[{_TABS}]", f"[{_BARS}+{8 * TABLE_SLOT}]", TABLE_BYTES)
@@ -106,10 +109,19 @@ def _declare_asm(ring: int, tables: int) -> str:
         + f".shared .align 1024 .b64 {_BARS}[{_BAR_BYTES // 8}];\n"
         + (f".shared .align 1024 .b8 {_TABS}[{TABLE_BYTES}];\n" if tables else "")
         + "{\n.reg .pred p;\n.reg .b64 g;\nsetp.eq.b32 p, $1, 0;\n"
-        + inits
-        + "fence.mbarrier_init.release.cluster;\n"
-        "fence.proxy.async.shared::cta;\n" + tab + "mov.b32 $0, 0;\n}"
+        + init_asm(_BARS, bars)
+        + tab
+        + "mov.b32 $0, 0;\n}"
     )
+
+
+@constexpr_function
+def init_asm(bars: str, slots) -> str:
+    """PTX lines, under predicate p: the mbarriers at ``bars + 8 s`` for each of ``slots``
+    initialised with a count of 1 (the issuing thread's arrive), made visible to the copy
+    engine. Also ``block_ring.py``'s."""
+    inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{bars}+{8 * s}], 1;\n" for s in slots)
+    return inits + "fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n"
 
 
 @constexpr_function
