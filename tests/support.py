@@ -1,10 +1,15 @@
 """What the single-process test files share: the device they run on, the poison value for
-score columns a kernel must leave untouched, the guards' id bounds written out in Python, and
-a key cache moved off its 16-byte alignment."""
+score columns a kernel must leave untouched, the guards' id bounds written out in Python,
+a key cache moved off its 16-byte alignment, and the check of a bounded wait giving up."""
 
+import time
+
+import pytest
 import torch
 
 from fast.backend import default_device
+from fast.errors import PageCopyTimeoutError, new_record, raise_recorded
+from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
 from indexer_constants import PAGE
 
 DEV = default_device()
@@ -24,6 +29,22 @@ def misaligned(cache: torch.Tensor) -> torch.Tensor:
     view = room[skip : skip + cache.numel()].view(cache.shape)
     view.copy_(cache)
     return view
+
+
+def assert_wait_gives_up(launch) -> None:
+    """``launch(record)`` runs a kernel whose bounded wait never sees its copy (on the GPU):
+    it returns after the bound (``page_ring.POLLS`` polls, each suspended by the hardware:
+    not at once, not forever), records the timeout in the protocol word, and check() names
+    it."""
+    record = new_record(torch.device("cuda"))
+    start = time.monotonic()
+    launch(record)
+    torch.cuda.synchronize()
+    took = time.monotonic() - start
+    assert 0.01 <= took < 10, took
+    assert record.tolist()[0] == ERR_PAGE_COPY_TIMEOUT
+    with pytest.raises(PageCopyTimeoutError):
+        raise_recorded(record)
 
 
 def id_bounds(table: torch.Tensor, seq: torch.Tensor, p: int) -> torch.Tensor:

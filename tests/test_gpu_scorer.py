@@ -3,23 +3,21 @@ reference on every (scale byte, code) pair, alone and through each GPU scorer, a
 scorers (wgmma fed from registers or through its shared-memory ring, prmt) against the
 table scorer; the ring's bounded wait."""
 
-import time
-
 import pytest
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import reference
-from fast.errors import PageCopyTimeoutError, new_record, raise_recorded
+from fast.errors import new_record
 from fast.kernels import page_ring
-from fast.kernels.device import ERR_PAGE_COPY_TIMEOUT
 from fast.kernels.scorer_wgmma import long_row_pages, max_ring, mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
 from indexer_constants import PAGE, SLOTS
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
+from support import assert_wait_gives_up
 
 pytestmark = pytest.mark.gpu
 
@@ -135,18 +133,8 @@ def _wait_for_a_page_never_copied(err_ptr):
 
 
 def test_the_rings_wait_gives_up_and_says_so():
-    """A wait for a copy that never comes returns after the ring's bound (POLLS polls, each
-    suspended by the hardware: not at once, not forever), records the timeout in the
-    protocol word, and check() names it."""
-    record = new_record(torch.device("cuda"))
-    start = time.monotonic()
-    _wait_for_a_page_never_copied[(2,)](record, num_warps=4)
-    torch.cuda.synchronize()
-    took = time.monotonic() - start
-    assert 0.01 <= took < 10, took
-    assert record.tolist()[0] == ERR_PAGE_COPY_TIMEOUT
-    with pytest.raises(PageCopyTimeoutError):
-        raise_recorded(record)
+    """A wait for a page never copied gives up and says so (``assert_wait_gives_up``)."""
+    assert_wait_gives_up(lambda record: _wait_for_a_page_never_copied[(2,)](record, num_warps=4))
 
 
 @pytest.mark.parametrize("kernel", ["wgmma", "ring", "prmt"])
