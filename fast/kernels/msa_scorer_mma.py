@@ -197,6 +197,7 @@ def msa_score_kernel_mma(
         if BULK:
             block_ring.declare(STAGES, BYTES)
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
+            late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
                 block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
         else:
@@ -221,7 +222,6 @@ def msa_score_kernel_mma(
         # as k is read, into the slot of half k - 1. Bulk: after a barrier (every thread has
         # read that slot). cp.async: every step commits a group, empty past the program's
         # last half, so "STAGES - 2 groups pending" always means half k has landed.
-        late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
         for k in gl.static_range(2 * PPP):
             if BULK:
                 late = late | block_ring.wait(k, STAGES)
