@@ -1,7 +1,8 @@
 """The top-16 select's jit code, every level of it: keys from scores, one select over a
 chunk, three levels over a long row, a row split over programs (each slice's best, then one
-merge), the two-level select on one warp, and ``row_top16``, the one path the stock select
-and the CP push both take. Shapes come from ``fast.select.policy``.
+merge), the two-level select on one warp, and ``row_top16``, the one path the stock selects
+and the CP pushes take (but the MSA stock select's rows of one chunk: ``ascending.py``).
+Shapes come from ``fast.select.policy``.
 
 Every function runs on a GPU and under the interpreter (but ``warp_groups_top16``: inline
 PTX); where the interpreter's arithmetic differs (fma), a constexpr switches to an exact
@@ -216,8 +217,8 @@ def _quad_max(ptrs, j, n):
     w = tl.inline_asm_elementwise(
         _LOAD_QUAD, "=r,=r,=r,=r,l,r", [ptrs, (j < n).to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=False, pack=1
     )
-    a = tl.maximum(tl.where(j < n, _ordered(w[0]), -(2**31)), tl.where(j + 1 < n, _ordered(w[1]), -(2**31)))
-    b = tl.maximum(tl.where(j + 2 < n, _ordered(w[2]), -(2**31)), tl.where(j + 3 < n, _ordered(w[3]), -(2**31)))
+    a = tl.maximum(tl.where(j < n, ordered_bits(w[0]), -(2**31)), tl.where(j + 1 < n, ordered_bits(w[1]), -(2**31)))
+    b = tl.maximum(tl.where(j + 2 < n, ordered_bits(w[2]), -(2**31)), tl.where(j + 3 < n, ordered_bits(w[3]), -(2**31)))
     return tl.maximum(a, b)
 
 
@@ -455,13 +456,13 @@ def _rank_values(row_ptr, j, n, KIND: tl.constexpr):
 def _rank(score, KIND: tl.constexpr):
     """``_rank_values`` of loaded fp32 scores, every one taken as valid."""
     if KIND == KEY_EXACT:
-        return _ordered(score.to(tl.int32, bitcast=True))
+        return ordered_bits(score.to(tl.int32, bitcast=True))
     else:
         return score
 
 
 @triton.jit
-def _ordered(bits):
+def ordered_bits(bits):
     """fp32 bits (int32) -> int32 whose signed order is the floats' total order, -0 below +0."""
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
