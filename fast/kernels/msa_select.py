@@ -14,6 +14,7 @@ import triton.language as tl
 
 from indexer_constants import PAGE, SLOTS, TOPK
 
+from ..select.ascending import best_in_column_order
 from ..select.levels import KEY_EXACT, keys_to_pages, row_top16, short_row
 from .device import pdl_release, pdl_wait
 from .guards import record_input, request_verdict, row_id_bounds
@@ -59,10 +60,17 @@ def msa_output(best, m, n, init, local):
     place = tl.sum(lower.to(tl.int32), axis=1)
     at = tl.where(chosen, init + place, -1)  # output slot of each chosen block
     picked = tl.sum(tl.where(at[None, :] == k[:, None], block[None, :], 0), axis=1)  # [16]
+    return tl.where((k >= init) & (k < init + c), picked, msa_windows(k, c, n, init, local))
+
+
+@triton.jit
+def msa_windows(k, c, n, init, local):
+    """Output slots ``k`` (int32 [16]) of a long row (n > 16) around its ``c`` chosen blocks,
+    which take slots ``init .. init + c - 1``: blocks ``0 .. init - 1`` first, the last
+    ``local`` blocks ``n - local .. n - 1`` right after the chosen, then -1 (what the
+    chosen slots hold here is not used)."""
     local_at = k - init - c
-    out = tl.where(local_at < local, n - local + local_at, -1)
-    out = tl.where(k < init + c, picked, out)
-    return tl.where(k < init, k, out)
+    return tl.where(k < init, k, tl.where(local_at < local, n - local + local_at, -1))
 
 
 @triton.jit
@@ -97,9 +105,12 @@ def msa_stock_select_kernel(
     n <= 16) is ``[0 .. n - 1]``; a long one the forced blocks and the best ``16 - init -
     local`` candidates ``init <= g < min(n - local, P)``, ascending.
 
-    The candidates are selected on the row from column ``init`` on, as if it began there
-    (``levels.row_top16``, the NVFP4 selects' one path: SPLIT slices of SLICE columns, the
-    last slice to finish merging them), and the keys shifted back by ``init``."""
+    The candidates are selected on the row from column ``init`` on, as if it began there.
+    A row of one chunk on one program takes ``ascending.best_in_column_order`` (32-bit
+    ordered scores, the chosen set stored in block order); a split or longer row takes
+    ``levels.row_top16`` (the NVFP4 selects' path over 64-bit exact keys: SPLIT slices of
+    SLICE columns, the last slice to finish merging them) and its keys are shifted back by
+    ``init``."""
     pdl_wait(PDL)
     pdl_release(PDL)
     t = tl.program_id(0)
@@ -108,13 +119,28 @@ def msa_stock_select_kernel(
     b = t // QLEN
     i = t % QLEN
     slot = (_SLOTS - QLEN) + i
+    lo = init
+    # A slice of one chunk is loaded with the length, not one round trip after it (the
+    # select is a chain of dependent steps: latency-bound), every column the table holds;
+    # the select masks those outside the row's candidates. A whole row (SPLIT 1) from its
+    # start (best_in_column_order says why), a slice from column lo on (row_top16's).
+    start = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
+    row_ptr = start + lo
+    cols = s * SLICE + tl.arange(0, SLICE)
+    one_chunk: tl.constexpr = SLICE <= CHUNK
+    whole: tl.constexpr = one_chunk and SPLIT == 1
+    if whole:
+        mine = tl.load(start + cols, mask=cols < P, other=0.0)
+    elif one_chunk:
+        mine = tl.load(row_ptr + cols, mask=cols < P - lo, other=0.0)
+    else:
+        mine = tl.zeros([SLICE], tl.float32)  # unused: the slice reads its columns in levels
     seq = tl.load(seq_lens_ptr + b)
     n = (seq - QLEN + i) // _PAGE + 1
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
     verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     m = _TOPK - init - local
-    lo = init
     hi = tl.minimum(n - local, P)
     if (seq < QLEN) | (verdict != 0):
         if s == 0:
@@ -125,38 +151,38 @@ def msa_stock_select_kernel(
         if s == 0:
             tl.store(dst, short_row(k, n - 1))
     elif (m > 0) & (hi > lo):
-        row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr + lo
-        cols = s * SLICE + tl.arange(0, SLICE)
-        one_chunk: tl.constexpr = SLICE <= CHUNK
-        if one_chunk:
-            mine = tl.load(row_ptr + cols, mask=cols < hi - lo, other=0.0)
+        if whole:
+            # the row in one chunk: the chosen set in column (block) order, no 64-bit keys
+            chosen, place = best_in_column_order(mine, cols, lo, hi, m, SORT)
+            c = tl.sum(chosen.to(tl.int32), axis=0)
+            tl.store(dst, msa_windows(k, c, n, init, local), mask=(k < init) | (k >= init + c))
+            tl.store(out_ptr + (t * HS + h) * _TOPK + init + place, cols, mask=chosen)
         else:
-            mine = tl.zeros([SLICE], tl.float32)  # unused: the slice reads its columns in levels
-        parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
-        best, done = row_top16(
-            row_ptr,
-            hi - lo,
-            s,
-            mine,
-            cols,
-            parts,
-            count_ptr + t * HS + h,
-            KEY_EXACT,
-            1,
-            0,
-            0.0,
-            0.0,
-            EMULATE_FMA,
-            SLICE,
-            SPLIT,
-            CHUNK,
-            SUPERS,
-            PER_SUPER,
-            GROUP,
-            SORT,
-        )
-        if done:
-            tl.store(dst, msa_output(tl.where(best > 0, best - lo, 0), m, n, init, local))
+            parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
+            best, done = row_top16(
+                row_ptr,
+                hi - lo,
+                s,
+                mine,
+                cols,
+                parts,
+                count_ptr + t * HS + h,
+                KEY_EXACT,
+                1,
+                0,
+                0.0,
+                0.0,
+                EMULATE_FMA,
+                SLICE,
+                SPLIT,
+                CHUNK,
+                SUPERS,
+                PER_SUPER,
+                GROUP,
+                SORT,
+            )
+            if done:
+                tl.store(dst, msa_output(tl.where(best > 0, best - lo, 0), m, n, init, local))
     else:  # no candidate to rank: the two windows alone
         if s == 0:
-            tl.store(dst, msa_output(tl.zeros([_TOPK], tl.int64), 0, n, init, local))
+            tl.store(dst, msa_windows(k, 0, n, init, local))

@@ -283,16 +283,21 @@ def compile_kernels() -> list[str]:
         ),
         *(
             (
-                f"msa stock select split={split}",
+                f"msa stock select columns={width} split={split}",
                 msa_stock_select_kernel,
                 "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
                 "part_ptr:*i64 count_ptr:*i32 P:i32 init:i32 local:i32 stride_sb:i32 stride_sr:i32",
-                {"HS": 2, "QLEN": 2, "SLICE": 2048 // split, "SPLIT": split, "CHUNK": shape.chunk}
+                {"HS": 2, "QLEN": 2, "SLICE": width // split, "SPLIT": split, "CHUNK": shape.chunk}
                 | {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
                 | {"EMULATE_FMA": False, "SORT": True, "PDL": True},
             )
-            # a 2048-column row in three levels, and split in four slices of one chunk
-            for split, shape in ((1, SelectShape.for_width(2048, 512)), (4, SelectShape.for_width(512, 512)))
+            # a 2048-column row in three levels, split in four slices of one chunk, and a
+            # 1024-column row in one chunk on one program (the select in column order)
+            for width, split, shape in (
+                (2048, 1, SelectShape.for_width(2048, 512)),
+                (2048, 4, SelectShape.for_width(512, 512)),
+                (1024, 1, SelectShape.for_width(1024)),
+            )
         ),
         (
             "msa bounds",
