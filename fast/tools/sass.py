@@ -188,6 +188,36 @@ def _resources(cubin: bytes) -> str:
     return next(line.strip() for line in usage.splitlines() if "REG:" in line)
 
 
+def msa_select_row_sass(width: int = 1024) -> str:
+    """The SASS of the MSA stock select on a row of ``width`` columns in one chunk on one
+    program (``ascending.best_in_column_order``'s path), specialized as the launcher does
+    at a width that is a multiple of 16: every pointer, the table's width P and the score
+    strides divisible by 16. There the row comes in 16-byte loads (``tests/test_sass.py``
+    holds it: loaded one column a thread, every step of the select's sorting network was a
+    shuffle)."""
+    shape = SelectShape.for_width(width)
+    signature = dict(
+        a.split(":")
+        for a in (
+            "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
+            "part_ptr:*i64 count_ptr:*i32 P:i32 init:i32 local:i32 stride_sb:i32 stride_sr:i32"
+        ).split()
+    )
+    constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1, "CHUNK": shape.chunk}
+    constexprs |= {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
+    constexprs |= {"EMULATE_FMA": False, "SORT": True, "PDL": True}
+    attrs = _aligned(signature) | {
+        (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in ("P", "stride_sb", "stride_sr")
+    }
+    signature |= {k: "constexpr" for k in constexprs}
+    kernel = triton.compile(
+        ASTSource(fn=msa_stock_select_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": 4},
+    )
+    return disassemble(kernel.asm["cubin"])
+
+
 def compile_kernels() -> list[str]:
     """Compile the decode's Triton kernels other than the scorers for sm_90, on the warps
     they are launched with: the stock top-16 and the CP push at one and four programs per
