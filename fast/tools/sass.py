@@ -188,6 +188,13 @@ def _resources(cubin: bytes) -> str:
     return next(line.strip() for line in usage.splitlines() if "REG:" in line)
 
 
+# msa_stock_select_kernel's arguments as the compiles below spell them
+_MSA_SELECT_ARGS = (
+    "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
+    "part_ptr:*i64 count_ptr:*i32 P:i32 init:i32 local:i32 stride_sb:i32 stride_sr:i32"
+)
+
+
 def msa_select_row_sass(width: int = 1024) -> str:
     """The SASS of the MSA stock select on a row of ``width`` columns in one chunk on one
     program (``ascending.best_in_column_order``'s path), specialized as the launcher does
@@ -196,13 +203,7 @@ def msa_select_row_sass(width: int = 1024) -> str:
     holds it: loaded one column a thread, every step of the select's sorting network was a
     shuffle)."""
     shape = SelectShape.for_width(width)
-    signature = dict(
-        a.split(":")
-        for a in (
-            "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
-            "part_ptr:*i64 count_ptr:*i32 P:i32 init:i32 local:i32 stride_sb:i32 stride_sr:i32"
-        ).split()
-    )
+    signature = dict(a.split(":") for a in _MSA_SELECT_ARGS.split())
     constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1, "CHUNK": shape.chunk}
     constexprs |= {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
     constexprs |= {"EMULATE_FMA": False, "SORT": True, "PDL": True}
@@ -315,8 +316,7 @@ def compile_kernels() -> list[str]:
             (
                 f"msa stock select columns={width} split={split}",
                 msa_stock_select_kernel,
-                "score_ptr:*fp32 seq_lens_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 err_ptr:*i32 out_ptr:*i32 "
-                "part_ptr:*i64 count_ptr:*i32 P:i32 init:i32 local:i32 stride_sb:i32 stride_sr:i32",
+                _MSA_SELECT_ARGS,
                 {"HS": 2, "QLEN": 2, "SLICE": width // split, "SPLIT": split, "CHUNK": shape.chunk}
                 | {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
                 | {"EMULATE_FMA": False, "SORT": True, "PDL": True},
