@@ -203,20 +203,30 @@ def msa_select_row_sass(width: int = 1024) -> str:
     holds it: loaded one column a thread, every step of the select's sorting network was a
     shuffle)."""
     shape = SelectShape.for_width(width)
-    signature = dict(a.split(":") for a in _MSA_SELECT_ARGS.split())
     constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1, "CHUNK": shape.chunk}
     constexprs |= {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
     constexprs |= {"EMULATE_FMA": False, "SORT": True, "PDL": True}
-    attrs = _aligned(signature) | {
-        (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in ("P", "stride_sb", "stride_sr")
-    }
-    signature |= {k: "constexpr" for k in constexprs}
-    kernel = triton.compile(
-        ASTSource(fn=msa_stock_select_kernel, signature=signature, constexprs=constexprs, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": 4},
-    )
+    kernel = _compile_triton(msa_stock_select_kernel, _MSA_SELECT_ARGS, constexprs, 4, ("P", "stride_sb", "stride_sr"))
     return disassemble(kernel.asm["cubin"])
+
+
+def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tuple = ()):
+    """A Triton kernel compiled for sm_90 on ``warps`` warps: ``args`` its run-time
+    arguments ("name:type ..."), ``constexprs`` the rest. ``divisible``: integer arguments
+    taken as multiples of 16, every pointer then 16-byte aligned too — as the launcher
+    specializes them where they are (without it nothing is taken as aligned)."""
+    signature = dict(a.split(":") for a in args.split())
+    attrs = {}
+    if divisible:
+        attrs = _aligned(signature) | {
+            (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in divisible
+        }
+    signature |= {k: "constexpr" for k in constexprs}
+    return triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", 90, 32),
+        options={"num_warps": warps},
+    )
 
 
 def compile_kernels() -> list[str]:
@@ -395,13 +405,8 @@ def compile_kernels() -> list[str]:
         )
     lines = []
     for name, fn, args, constexprs, *warps in kernels:
-        signature = dict(a.split(":") for a in args.split()) | {k: "constexpr" for k in constexprs}
         warps = warps[0] if warps else MERGE_WARPS if fn is merge_kernel else 4  # as launched
-        kernel = triton.compile(
-            ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": warps},
-        )
+        kernel = _compile_triton(fn, args, constexprs, warps)
         lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
     return lines
 
