@@ -138,7 +138,8 @@ def msa_stock_select_kernel(
     seq = tl.load(seq_lens_ptr + b)
     n = (seq - QLEN + i) // _PAGE + 1
     k = tl.arange(0, _TOPK)
-    dst = out_ptr + (t * HS + h) * _TOPK + k
+    out_row = out_ptr + (t * HS + h) * _TOPK
+    dst = out_row + k
     verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     m = _TOPK - init - local
     hi = tl.minimum(n - local, P)
@@ -156,7 +157,7 @@ def msa_stock_select_kernel(
             chosen, place = best_in_column_order(mine, cols, lo, hi, m, SORT)
             c = tl.sum(chosen.to(tl.int32), axis=0)
             tl.store(dst, msa_windows(k, c, n, init, local), mask=(k < init) | (k >= init + c))
-            tl.store(out_ptr + (t * HS + h) * _TOPK + init + place, cols, mask=chosen)
+            tl.store(out_row + init + place, cols, mask=chosen)
         else:
             parts = part_ptr + (t * HS + h) * (SPLIT * _TOPK)
             best, done = row_top16(

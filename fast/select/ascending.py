@@ -58,7 +58,8 @@ def best_in_column_order(score, cols, lo, hi, m, SORT: tl.constexpr):
     tied = (valid & (u == t)).to(tl.int32)
     room = m - tl.sum(above, axis=0)  # >= 0: fewer than m lie above the m-th
     # one running count of both kinds (each < 2^16) for the columns before each column
-    before = tl.cumsum(above | (tied << 16), axis=0) - (above | (tied << 16))
+    both = above | (tied << 16)
+    before = tl.cumsum(both, axis=0) - both
     tied_before = before >> 16
     chosen = (above > 0) | ((tied > 0) & (tied_before < room))
     # the chosen before a column: every one above, and the tied up to the room
