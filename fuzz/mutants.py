@@ -23,6 +23,7 @@ class Mutant:
     module: str
     old: str
     new: str
+    gpu_only: bool = False  # its code runs on GPUs only: a CPU run cannot find it
 
 
 MUTANTS = [
@@ -103,6 +104,14 @@ MUTANTS = [
         "fast.kernels.msa_scorer",
         "            visible = (g * _PAGE + t[:, None]) <= pos[None, :]\n",
         "            visible = (g * _PAGE + t[:, None]) < pos[None, :]\n",
+    ),
+    Mutant(
+        "msa mma scorer masks its own token",
+        "msa-kernels",
+        "fast.kernels.msa_scorer_mma",
+        "                visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]\n",
+        "                visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] < pos[None, :]\n",
+        gpu_only=True,
     ),
     Mutant(
         "msa stock candidates overlap the local window",

@@ -100,11 +100,13 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
 def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     """MSA format, fast against the reference: the stock select on the kernel's own scores
     equals the reference's selection (forced windows, ascending); on exact-arithmetic inputs
-    the scorer matches bit for bit and the stock decode equals the oracle. The CP decode at
+    the scorer matches bit for bit (on a GPU both of its kernels) and the stock decode
+    equals the oracle. The CP decode at
     CP = 1 in one process (a short spin bound: an exchange that never ends is a failure
     here, not a hang) equals the stock decode on every input (the same scorer, hence the
     same scores: random bf16 queries hold 0xFF bytes too) and leaves its buffers re-armed."""
     from fast.msa_cp import MsaDecodeCP
+    from fast.msa_scorer import KERNELS, score_blocks
     from fast.msa_stock import MsaStockDecode
     from fast.symm import SingleRankSymmetric
     from reference import msa
@@ -133,6 +135,24 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "MSA scorer != reference on exact-arithmetic input"
         assert torch.equal(out.cpu(), msa.full_decode(*case.args(), **case.windows())), "MSA stock != full_decode"
+        # A GPU runs one of two kernels by dtype and N (``gpu_kernel``): there each is held
+        # to the reference on every example, not only on the shapes it is chosen for (a bug
+        # in the one not chosen would otherwise hide from most examples). Elsewhere the dot
+        # kernel is the only one, checked above.
+        for kernel in KERNELS if dev.type == "cuda" else ():
+            got = torch.full_like(plan.scores, 1e30)
+            score_blocks(
+                plan.tile,
+                on[1],
+                plan.block_table[:, :width],
+                plan.seq_lens,
+                got[:, :, :width],
+                num_pages=width,
+                first_slot=8 - q,
+                kernel=kernel,
+            )
+            got = got.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
+            assert torch.equal(got[stored], ref_scores[stored]), f"MSA {kernel} kernel != reference on exact input"
     stock_out = out.cpu()
     state = MsaDecodeCP(
         heads=heads,
