@@ -22,6 +22,16 @@ from .select.policy import SPLIT_PROGRAMS, SelectShape, check_split, plan_split,
 from .stage_clock import StageClock
 
 
+def stock_row_stride(width: int) -> int:
+    """Floats between the rows of a stock score buffer of ``width`` columns: ``width``
+    rounded up to a multiple of 16. Why: the launcher then passes a stride divisible by 16,
+    so every row starts 64-byte aligned, and a select that reads a whole row (the MSA one,
+    ``kernels.msa_select``) loads it 16 bytes at a time up to the next multiple of 16
+    columns; at any other stride Triton can prove no alignment and loads a column a thread.
+    The columns past ``width`` are never written and no select ranks them."""
+    return -(-width // 16) * 16
+
+
 @dataclass
 class StockLayer:
     """A stock layer holds no buffers of its own (it exchanges nothing): the one decode
@@ -38,7 +48,7 @@ class StockPlan:
     seq_lens: torch.Tensor  # int32 [B], the caller's
     pages: int  # P = min(P_table, MAX_PAGES): the columns scored
     tile: torch.Tensor  # [B, 8, Hs, 128] (E4M3 bytes; MSA: the key dtype): the step's queries in their slots
-    scores: torch.Tensor  # fp32 [B, 8 * Hs, W]
+    scores: torch.Tensor  # fp32 [B, 8 * Hs, W], rows ``stock_row_stride(W)`` apart
     bounds: torch.Tensor  # int32 [B, 4]: each request's id bounds (kernels.guards.row_id_bounds)
 
 
@@ -99,7 +109,8 @@ class StockDecode:
         p = self._plans.get(batch)
         if p is None:
             tile = self._armed_tile(batch)
-            scores = torch.empty(batch, SLOTS * self.heads, self.width, device=self.device)
+            rows = torch.empty(batch, SLOTS * self.heads, stock_row_stride(self.width), device=self.device)
+            scores = rows[:, :, : self.width]
             bounds = torch.empty(batch, BOUND_WORDS, dtype=torch.int32, device=self.device)
             p = self._plans[batch] = StockPlan(batch, block_table, seq_lens, pages, tile, scores, bounds)
         p.block_table, p.seq_lens, p.pages = block_table, seq_lens, pages

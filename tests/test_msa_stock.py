@@ -36,7 +36,10 @@ def run_stock(case, max_chunk: int = 1024, split: int | None = None):
     )
     plan = sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
-    plan.scores.fill_(POISON)  # columns the scorer leaves alone must never be ranked
+    # columns the scorer leaves alone must never be ranked: the row's padding past the
+    # table's width (stock_row_stride) too, which the one-chunk select loads
+    padded = plan.scores.as_strided((*plan.scores.shape[:2], plan.scores.stride(1)), plan.scores.stride())
+    padded.fill_(POISON)
     out = on(torch.full((case.index_q.shape[0], heads, 16), -7, dtype=torch.int32))
     sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
     return sd, plan, out.cpu()
@@ -55,6 +58,16 @@ def test_select_matches_the_reference_on_its_own_scores(cfg, max_chunk, split):
     n = causal_blocks(case.seq_lens, q).repeat_interleave(heads)
     want = select(scores.reshape(-1, width), n, width, case.init_blocks, case.local_blocks)
     assert torch.equal(out.view(-1, 16), want)
+
+
+@pytest.mark.parametrize("pages", [1, 16, 40, 1000])
+def test_score_rows_are_a_multiple_of_16_columns_apart(pages):
+    """The stock score buffer's rows start 64-byte aligned at any table width, so the
+    one-chunk select loads them 16 bytes at a time (tests/test_sass.py holds the loads)."""
+    sd = MsaStockDecode(heads=2, max_reqs=3, device=DEV, key_format="fp8", init_blocks=1, local_blocks=1)
+    plan = sd.plan(on(torch.zeros(3, pages, dtype=torch.int32)), on(torch.ones(3, dtype=torch.int32)))
+    assert plan.scores.shape == (3, SLOTS * 2, pages)
+    assert plan.scores.stride(1) == -(-pages // 16) * 16 and plan.scores.stride(0) == SLOTS * 2 * plan.scores.stride(1)
 
 
 @settings(max_examples=10, deadline=None)

@@ -104,14 +104,16 @@ def test_decode_kernels_compile_for_sm90():
     ]
 
 
-def test_msa_select_loads_a_whole_row_16_bytes_at_a_time():
+@pytest.mark.parametrize("width", [1024, 1000])
+def test_msa_select_loads_a_whole_row_16_bytes_at_a_time(width):
     """The MSA stock select's rows of one chunk (``ascending.best_in_column_order``) are
-    loaded from the row's start, so that at a width that is a multiple of 16 the launcher's
-    specialization gives 16-byte loads and a layout with runs of columns a thread: loaded
-    from the first candidate column instead, each thread held one column a run and every
-    step of the sorting network was a shuffle (fast/tools/PERF.md has the cost). 1024
-    columns on 128 threads: two 16-byte loads a thread."""
-    code = "from fast.tools.sass import msa_select_row_sass; print(msa_select_row_sass(1024))"
+    loaded from the row's start, rows a multiple of 16 columns apart, up to the table width's
+    next multiple of 16: the launcher's specialization then gives 16-byte loads and a layout
+    with runs of columns a thread at any width. Loaded from the first candidate column, or
+    masked at a width Triton cannot prove a multiple of 16, each thread held one column a run
+    and every step of the sorting network was a shuffle (fast/tools/PERF.md has the cost).
+    1024 columns on 128 threads: two 16-byte loads a thread."""
+    code = f"from fast.tools.sass import msa_select_row_sass; print(msa_select_row_sass({width}))"
     done = _compile_only("-c", code)
     assert done.returncode == 0, done.stderr
     wide = re.findall(r"LDG\.E\.128 ", done.stdout)

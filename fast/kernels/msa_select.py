@@ -75,7 +75,7 @@ def msa_windows(k, c, n, init, local):
 
 @triton.jit
 def msa_stock_select_kernel(
-    score_ptr,  # fp32 [B, 8 * HS, W]
+    score_ptr,  # fp32 [B, 8 * HS, W]: rows stride_sr (>= P rounded up to 16) apart
     seq_lens_ptr,  # int32 [B]
     bounds_ptr,  # int32 [B, 4]: the plan's id bounds
     num_blocks,  # N: the cache's blocks
@@ -130,7 +130,9 @@ def msa_stock_select_kernel(
     one_chunk: tl.constexpr = SLICE <= CHUNK
     whole: tl.constexpr = one_chunk and SPLIT == 1
     if whole:
-        mine = tl.load(start + cols, mask=cols < P, other=0.0)
+        # up to P's next multiple of 16, inside the row (``stock.stock_row_stride``): a mask
+        # constant over 16 columns keeps the loads 16 bytes wide at any P
+        mine = tl.load(start + cols, mask=cols < tl.cdiv(P, 16) * 16, other=0.0)
     elif one_chunk:
         mine = tl.load(row_ptr + cols, mask=cols < P - lo, other=0.0)
     else:

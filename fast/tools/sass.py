@@ -197,16 +197,17 @@ _MSA_SELECT_ARGS = (
 
 def msa_select_row_sass(width: int = 1024) -> str:
     """The SASS of the MSA stock select on a row of ``width`` columns in one chunk on one
-    program (``ascending.best_in_column_order``'s path), specialized as the launcher does
-    at a width that is a multiple of 16: every pointer, the table's width P and the score
-    strides divisible by 16. There the row comes in 16-byte loads (``tests/test_sass.py``
-    holds it: loaded one column a thread, every step of the select's sorting network was a
-    shuffle)."""
+    program (``ascending.best_in_column_order``'s path), specialized as the launcher does:
+    every pointer and the score strides divisible by 16 (the stock score buffer's rows,
+    ``stock.stock_row_stride``), the table's width P too where ``width`` is. The row comes
+    in 16-byte loads at any width (``tests/test_sass.py`` holds it: loaded one column a
+    thread, every step of the select's sorting network was a shuffle)."""
     shape = SelectShape.for_width(width)
     constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1, "CHUNK": shape.chunk}
     constexprs |= {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
     constexprs |= {"EMULATE_FMA": False, "SORT": True, "PDL": True}
-    kernel = _compile_triton(msa_stock_select_kernel, _MSA_SELECT_ARGS, constexprs, 4, ("P", "stride_sb", "stride_sr"))
+    divisible = ("stride_sb", "stride_sr") + (("P",) if width % 16 == 0 else ())
+    kernel = _compile_triton(msa_stock_select_kernel, _MSA_SELECT_ARGS, constexprs, 4, divisible)
     return disassemble(kernel.asm["cubin"])
 
 
