@@ -101,10 +101,10 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     """MSA format, fast against the reference: the stock select on the kernel's own scores
     equals the reference's selection (forced windows, ascending); on exact-arithmetic inputs
     the scorer matches bit for bit (on a GPU both of its kernels) and the stock decode
-    equals the oracle. The CP decode at
-    CP = 1 in one process (a short spin bound: an exchange that never ends is a failure
-    here, not a hang) equals the stock decode on every input (the same scorer, hence the
-    same scores: random bf16 queries hold 0xFF bytes too) and leaves its buffers re-armed."""
+    equals the oracle. The CP decode at CP = 1 in one process (a short spin bound: an
+    exchange that never ends is a failure here, not a hang) equals the stock decode on every
+    input (the same scorer, hence the same scores: random bf16 queries hold 0xFF bytes too)
+    and leaves its buffers re-armed."""
     from fast.msa_cp import MsaDecodeCP
     from fast.msa_scorer import KERNELS, score_blocks
     from fast.msa_stock import MsaStockDecode
