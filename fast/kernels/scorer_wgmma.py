@@ -264,6 +264,13 @@ def _load_block(page_u8, page_i64, live, first_token, MASKED: gl.constexpr):
 
 
 @gluon.jit
+def _in_cache(page, num_blocks):
+    """The block-id guard (one compare a page): True where ``page`` is an id the cache holds.
+    A page that fails it is never loaded; its column gets NaN and the epilogue records it."""
+    return (page >= 0) & (page < num_blocks)
+
+
+@gluon.jit
 def _load_nth_block(
     k_ptr, k64_ptr, bt_row, first, n, num_blocks, blk, blocks, MASKED: gl.constexpr, GUARD: gl.constexpr
 ):
@@ -279,7 +286,7 @@ def _load_nth_block(
     live = (blk < blocks) & (j < n)
     page = gl.load(bt_row + j, mask=live, other=0)
     if GUARD:
-        live = live & (page >= 0) & (page < num_blocks)  # the guard: one compare a page
+        live = live & _in_cache(page, num_blocks)
     page = gl.where(live, page, 0).to(gl.int64)
     return _load_block(k_ptr + page * _PAGE_BYTES, k64_ptr + page * (_PAGE_BYTES // 8), live, (blk % 2) * 64, MASKED)
 
@@ -391,7 +398,7 @@ def _issue_page(k_ptr, bt_row, first, n, num_blocks, NTH: gl.constexpr, RING: gl
     live = j < n
     page = gl.load(bt_row + j, mask=live, other=0)
     if GUARD:
-        page = gl.where((page >= 0) & (page < num_blocks), page, 0)  # the guard: one compare a page
+        page = gl.where(_in_cache(page, num_blocks), page, 0)
     page_ring.issue(k_ptr + page.to(gl.int64) * _PAGE_BYTES, live, NTH, RING)
 
 
@@ -611,7 +618,7 @@ def score_kernel_wgmma(
         if GUARD:
             live = (j < n) & (page < PPP)
             ids = gl.load(bt_row + j, mask=live, other=0)
-            bad = live & ((ids < 0) | (ids >= num_blocks))
+            bad = live & ~_in_cache(ids, num_blocks)
             best = gl.where(bad[:, None], float("nan"), best)
         if RECORD and GUARD:
             column = gl.min(gl.where(bad, j, 2**31 - 1), axis=0)

@@ -459,6 +459,7 @@ _FUNCTION_PART = {
     "_gather_tables": "loads",  # the scale tables, from L1
     "_advance": "loads",
     "_issue_page": "loads",  # the ring's copies (page_ring.py's lines are loads too)
+    "_in_cache": "loads",  # the block-id guard's compare (in the epilogue too, once a program)
     "_dequant_fragment": "decode",
     "_fragment": "decode",
 }
