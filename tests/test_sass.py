@@ -104,6 +104,25 @@ def test_decode_kernels_compile_for_sm90():
     ]
 
 
+def test_sass_tool_compiles_the_scorer_with_its_block_id_guard():
+    """A compile from an AST source takes a constexpr it is not given as None (falsy), where
+    a launch takes the parameter's default: the tool once compiled the scorer without its
+    block-id guard (``GUARD``, default on), so every SASS figure it gave left the guard out.
+    The listing must hold instructions of the guard's compare (``_in_cache``)."""
+    code = (
+        "import inspect, re\n"
+        "from fast.kernels import scorer_wgmma\n"
+        "from fast.tools.sass import scorer_sass\n"
+        "source, first = inspect.getsourcelines(scorer_wgmma._in_cache.fn)\n"
+        "_, listing = scorer_sass('wgmma', 1, None, 4, ring=0, lines=True)\n"
+        "issued = {int(n) for n in re.findall(r'scorer_wgmma.py\", line (\\d+)', listing)}\n"
+        "print('guard compiled' if issued & set(range(first, first + len(source))) else 'no guard')\n"
+    )
+    done = _compile_only("-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "guard compiled", done.stdout
+
+
 @pytest.mark.parametrize("width", [1024, 1000])
 def test_msa_select_loads_a_whole_row_16_bytes_at_a_time(width):
     """The MSA stock select's rows of one chunk (``ascending.best_in_column_order``) are

@@ -125,7 +125,7 @@ def scorer_sass(
         ring_constants = mma_constants(dtype, rows, ppp, ring)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
-        constexprs |= ring_constants
+        constexprs = launch_defaults(msa_score_kernel_mma, constexprs | ring_constants)
         signature |= {k: "constexpr" for k in constexprs}
         src = GluonASTSource(
             fn=msa_score_kernel_mma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
@@ -145,11 +145,10 @@ def scorer_sass(
             "RING": ring_pages(rows, ppp) if ring is None else ring,
             "TABLES": shared_tables(rows),
         }
+        constexprs = launch_defaults(score_kernel_wgmma, constexprs)  # the guard on, as every decode runs it
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
-        signature = {k: v for k, v in fields if k != "TOK"} | {
-            k: "constexpr" for k in ("DEPTH", "PREFETCH", "RELEASE", "PARTS", "RECORD", "RING", "TABLES")
-        }
+        signature = {k: v for k, v in fields if k != "TOK"} | {k: "constexpr" for k in constexprs}
         src = GluonASTSource(
             fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
         )
@@ -211,12 +210,21 @@ def msa_select_row_sass(width: int = 1024) -> str:
     return disassemble(kernel.asm["cubin"])
 
 
+def launch_defaults(fn, constexprs: dict) -> dict:
+    """``constexprs`` completed with every constexpr parameter of kernel ``fn`` they leave
+    out, at its default. Why: a launch takes a parameter's default, but a compile from an
+    AST source takes a missing one as None — falsy, so ``GUARD: constexpr = True`` compiled
+    the scorer without its block-id guard, unlike every decode."""
+    return {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
+
+
 def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tuple = ()):
     """A Triton kernel compiled for sm_90 on ``warps`` warps: ``args`` its run-time
     arguments ("name:type ..."), ``constexprs`` the rest. ``divisible``: integer arguments
     taken as multiples of 16, every pointer then 16-byte aligned too — as the launcher
     specializes them where they are (without it nothing is taken as aligned)."""
     signature = dict(a.split(":") for a in args.split())
+    constexprs = launch_defaults(fn, constexprs)
     attrs = {}
     if divisible:
         attrs = _aligned(signature) | {
