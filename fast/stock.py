@@ -109,8 +109,8 @@ class StockDecode:
         p = self._plans.get(batch)
         if p is None:
             tile = self._armed_tile(batch)
-            rows = torch.empty(batch, SLOTS * self.heads, stock_row_stride(self.width), device=self.device)
-            scores = rows[:, :, : self.width]
+            padded = torch.empty(batch, SLOTS * self.heads, stock_row_stride(self.width), device=self.device)
+            scores = padded[:, :, : self.width]
             bounds = torch.empty(batch, BOUND_WORDS, dtype=torch.int32, device=self.device)
             p = self._plans[batch] = StockPlan(batch, block_table, seq_lens, pages, tile, scores, bounds)
         p.block_table, p.seq_lens, p.pages = block_table, seq_lens, pages
