@@ -23,7 +23,7 @@ import torch
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
@@ -125,11 +125,7 @@ def scorer_sass(
         ring_constants = mma_constants(dtype, rows, ppp, ring)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
-        constexprs = launch_defaults(msa_score_kernel_mma, constexprs | ring_constants)
-        signature |= {k: "constexpr" for k in constexprs}
-        src = GluonASTSource(
-            fn=msa_score_kernel_mma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
-        )
+        src = _source(msa_score_kernel_mma, signature, constexprs | ring_constants)
         num_warps = 4
     elif kernel == "wgmma":
         rows = mma_rows(live)
@@ -145,13 +141,9 @@ def scorer_sass(
             "RING": ring_pages(rows, ppp) if ring is None else ring,
             "TABLES": shared_tables(rows),
         }
-        constexprs = launch_defaults(score_kernel_wgmma, constexprs)  # the guard on, as every decode runs it
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
-        signature = {k: v for k, v in fields if k != "TOK"} | {k: "constexpr" for k in constexprs}
-        src = GluonASTSource(
-            fn=score_kernel_wgmma, signature=signature, constexprs=constexprs, attrs=_aligned(signature)
-        )
+        src = _source(score_kernel_wgmma, {k: v for k, v in fields if k != "TOK"}, constexprs)
         num_warps = 4  # one warpgroup
         if (cap := max_registers(live)) is not None:
             options["maxnreg"] = cap  # as score_pages launches it
@@ -159,7 +151,7 @@ def scorer_sass(
         constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         # a bench variant without the guard's operands
         signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
-        src = ASTSource(fn=score_kernel_prmt, signature=signature, constexprs=constexprs, attrs=_aligned(signature))
+        src = _source(score_kernel_prmt, signature, constexprs)
     kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
     # cuobjdump's SHARED is the static shared memory (the page ring's arrays among it);
     # Triton's metadata holds the dynamic size the launch asks for
@@ -218,23 +210,30 @@ def launch_defaults(fn, constexprs: dict) -> dict:
     return {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
 
 
+def _source(fn, signature: dict, constexprs: dict, attrs: dict | None = None):
+    """The compile source of kernel ``fn`` (Gluon's or Triton's) as a launch builds it: its
+    run-time ``signature``, ``constexprs`` with every one left out at its default
+    (``launch_defaults``), and ``attrs`` (default: every pointer 16-byte aligned)."""
+    constexprs = launch_defaults(fn, constexprs)
+    attrs = _aligned(signature) if attrs is None else attrs
+    signature = signature | {k: "constexpr" for k in constexprs}
+    kind = GluonASTSource if isinstance(fn, GluonJITFunction) else ASTSource
+    return kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+
+
 def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tuple = ()):
     """A Triton kernel compiled for sm_90 on ``warps`` warps: ``args`` its run-time
     arguments ("name:type ..."), ``constexprs`` the rest. ``divisible``: integer arguments
     taken as multiples of 16, every pointer then 16-byte aligned too — as the launcher
     specializes them where they are (without it nothing is taken as aligned)."""
     signature = dict(a.split(":") for a in args.split())
-    constexprs = launch_defaults(fn, constexprs)
     attrs = {}
     if divisible:
         attrs = _aligned(signature) | {
             (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in divisible
         }
-    signature |= {k: "constexpr" for k in constexprs}
     return triton.compile(
-        ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs),
-        target=GPUTarget("cuda", 90, 32),
-        options={"num_warps": warps},
+        _source(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
     )
 
 
