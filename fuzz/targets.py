@@ -126,7 +126,12 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
     stock.forward(stock.new_layer(), plan, on[0], on[1], out, q)
     width = plan.pages
-    scores = plan.scores.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
+
+    def step_rows(buffer: torch.Tensor) -> torch.Tensor:
+        """A score buffer's rows of the step's queries: [rows, heads, width] on the CPU."""
+        return buffer.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
+
+    scores = step_rows(plan.scores)
     n = causal_blocks(case.seq_lens, q).repeat_interleave(heads)
     want = msa_select(scores.reshape(-1, width), n, width, cfg.init_blocks, cfg.local_blocks)
     assert torch.equal(out.cpu().view(-1, 16), want), "MSA stock select != reference selection on its own scores"
@@ -151,7 +156,7 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
                 first_slot=8 - q,
                 kernel=kernel,
             )
-            got = got.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
+            got = step_rows(got)
             assert torch.equal(got[stored], ref_scores[stored]), f"MSA {kernel} kernel != reference on exact input"
     stock_out = out.cpu()
     state = MsaDecodeCP(
