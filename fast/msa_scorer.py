@@ -15,7 +15,7 @@ import triton
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from . import checks
+from . import checks, tensor_map
 from .backend import pdl_options, sm_count
 from .checks import check_int, score_shapes
 from .kernels import block_ring, page_maxima
@@ -99,11 +99,13 @@ def ring_feed(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None
 
 
 def mma_constants(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None) -> dict:
-    """The mma kernel's ring constants (``ring_feed``: STAGES, BULK) and, where capped, its
-    register cap (``maxnreg``) at N = ``rows`` with ``ppp`` columns a program."""
+    """The mma kernel's ring constants (``ring_feed``: STAGES, BULK; TENSOR: a bulk ring is
+    filled by tensor copies, ``score_blocks`` turning them off where it has no map) and,
+    where capped, its register cap (``maxnreg``) at N = ``rows`` with ``ppp`` columns a
+    program."""
     stages, bulk = ring_feed(dtype, rows, ppp, stages)
     capped = bulk and dtype == torch.float8_e4m3fn and rows <= 16
-    return {"STAGES": stages, "BULK": bulk} | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
+    return {"STAGES": stages, "BULK": bulk, "TENSOR": bulk} | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
 
 
 def check_keys(name: str, x, dtype=None) -> None:
@@ -141,6 +143,7 @@ def score_blocks(
     kernel: str | None = None,
     ppp: int | None = None,
     stages: int | None = None,
+    tensor_copies: bool = True,
 ) -> torch.Tensor:
     """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
 
@@ -163,8 +166,10 @@ def score_blocks(
     kernel runs on GPUs only).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
     the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
-    than ``max_stages`` is filled by cp.async copies);
-    tests and the bench's variants set them.
+    than ``max_stages`` is filled by cp.async copies); tensor_copies: False fills a bulk
+    ring by 1D bulk copies instead of tensor copies (what a CUDA graph captured before
+    the cache's first call runs: ``tensor_map.cached``); tests and the bench's variants
+    set them.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     check_keys("k_cache", k_cache)
@@ -196,6 +201,8 @@ def score_blocks(
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
     if kernel == "mma" and device.type != "cuda":
         raise ValueError(f"kernel: 'mma' needs a GPU, not {device.type} (the dot kernel runs anywhere)")
+    if not isinstance(tensor_copies, bool):
+        raise TypeError(f"tensor_copies: expected a bool, got {type(tensor_copies).__name__}")
     for name, value, low, high in (("ppp", ppp, 1, 16), ("stages", stages, 2, 8)):
         if value is not None:
             check_int(name, value, low=low, high=high)
@@ -232,12 +239,16 @@ def score_blocks(
     )
     if kernel == "mma":
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
+        ring = mma_constants(k_cache.dtype, rows, ppp, stages)
+        tmap = tensor_map.cached(k_cache) if tensor_copies and ring["TENSOR"] else None
+        ring["TENSOR"] = tmap is not None  # else the 1D bulk copies (a capture without the map)
         msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](
             *args,
+            0 if tmap is None else tmap.data_ptr(),
             ROWS=rows,
             PPP=ppp,
             PARTS=mma_partials(rows, ppp),
-            **mma_constants(k_cache.dtype, rows, ppp, stages),
+            **ring,
             **common,
         )
         return out

@@ -143,6 +143,7 @@ def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
         (lambda a: a.update(first_slot=8), "first_slot: must be in 0..7"),
         (lambda a: a.update(q_set_stride=24), "q_set_stride: must be a multiple of 16 elements, got 24"),
         (lambda a: a.update(error=a["lens"]), "error: expected 5 words"),
+        (lambda a: a.update(tensor_copies=1), "tensor_copies: expected a bool, got int"),
     ],
 )
 def test_bad_arguments_name_themselves(change, match):
@@ -249,6 +250,46 @@ def test_gpu_kernels_score_random_keys_within_the_bound(dtype, heads, first_slot
             stored = (want[b] != POISON) & ~want[b].isnan()
             stored[:first_row] = False
             assert bool(((got[b] - want[b]).abs() <= bound)[stored].all()), (kw, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("heads,first_slot,query_len", [(1, 0, 8), (4, 7, 1), (4, 4, 4), (4, 0, 8)])
+def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slot, query_len):
+    """The bulk ring's two feeds — tensor copies, swizzled (the default), and 1D copies of
+    the half-blocks as they lie (a graph captured before the cache's first call) — give
+    the same bits at every N the ring serves (E4M3 at 8 / 16 / 32, BF16 at 32; elsewhere
+    the cp.async ring runs both ways), on random keys: a run read from another row's
+    swizzle slot shows. And a graph captured on a cache no call has seen scores as the
+    eager call does, through the 1D copies, its map built by the first eager call."""
+    from fast import tensor_map
+
+    lens = [seq_len_for(8, 37), seq_len_for(3, 127), seq_len_for(9, 0), 0]
+    case = msa.make_case(5, lens, dtype=dtype, query_len=query_len, heads=heads, table_width=9)
+    table = strided(case.block_table, 1, 0)
+    one = {"num_pages": 9, "first_slot": first_slot, "kernel": "mma"}
+    eager = {
+        copies: kernel_scores(case, table, 1, 0, query_len, first_slot, kernel="mma", tensor_copies=copies)
+        for copies in (True, False)
+    }
+    assert same(eager[True], eager[False])
+    assert bool((eager[True][:, first_slot * heads :] != POISON).any())  # scored something
+    tile, cache = on(query_tile(case.index_q, len(lens), query_len)), on(case.k_cache).clone()  # no map yet
+    bt, sl = on(table), on(case.seq_lens)
+    out = on(torch.full((len(lens), SLOTS * heads, 9), POISON))
+    score_blocks(tile, cache, bt, sl, out, **one)  # compiles the launch, and builds the map
+    key_of_cache = (cache.device.index, cache.data_ptr(), cache.shape[0], cache.dtype)
+    bulk = dtype == "fp8" or (SLOTS - first_slot) * heads == 32  # else the cp.async ring: no map
+    assert (tensor_map._maps.pop(key_of_cache, None) is not None) == bulk  # as if the capture came first
+    out.fill_(POISON)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        score_blocks(tile, cache, bt, sl, out, **one)
+    assert key_of_cache not in tensor_map._maps  # none built under capture
+    graph.replay()
+    assert same(out.cpu(), eager[True])
+    score_blocks(tile, cache, bt, sl, out, **one)
+    assert (key_of_cache in tensor_map._maps) == bulk
 
 
 @gluon.jit

@@ -1,30 +1,39 @@
 """A ring of 64-token half-blocks in shared memory for the MSA mma scorer
-(``msa_scorer_mma.py``): one bulk copy a half-block (``cp.async.bulk``: 8 KB of E4M3 or
-16 KB of BF16, as it lies in memory), issued by one thread and completing on the slot's
-mbarrier; every thread then reads its own 16-byte runs of the slot back.
+(``msa_scorer_mma.py``), each half-block (8 KB of E4M3, 16 KB of BF16) moved by the copy
+engine on one thread's instruction, completing on the slot's mbarrier; every thread then
+reads its own 16-byte runs of the slot back. Two ways in:
+- ``issue_tensor``: tensor copies through the cache's tensor map (``fast.tensor_map``),
+  boxes of 64 rows x 128 bytes (E4M3 one, BF16 two), each row's 16-byte runs swizzled by
+  the row (run j of row t at j ^ (t % 8): the 128-byte swizzle);
+- ``issue``: one 1D bulk copy (``cp.async.bulk``) of the half-block as it lies — where the
+  scorer has no map (a CUDA graph captured before the cache's first call).
 
-Why: a ring of per-thread ``cp.async`` copies costs every thread four (E4M3) or eight
-(BF16) 16-byte copies a half-block, each an instruction with its own address, and holds
-them in the LSU's queues; a bulk copy is one instruction of one thread, and the copy
-engine moves the bytes. Measured faster at every shape but the smallest grid's
-(fast/tools/PERF.md).
+Why the swizzle: a warp's 16-byte read-back takes 8 threads a shared-memory cycle, two
+tokens' 4 runs each. Rows as they lie are 128 (E4M3) or 256 bytes (BF16) apart, so those
+two tokens' runs fall on the same banks: a 2-way conflict on every E4M3 read, 4-way on
+BF16 (two of a thread's runs 128 bytes apart as well). Swizzled, the 8 runs of a cycle
+are 8 different 16-byte bank groups. Measured faster than the 1D copies at every shape
+of the bench (fast/tools/PERF.md), but only without the map's L2 promotion.
+
+Why the copy engine: a ring of per-thread ``cp.async`` copies costs every thread four
+(E4M3) or eight (BF16) 16-byte copies a half-block, each an instruction with its own
+address, and holds them in the LSU's queues; a bulk or tensor copy is one instruction of
+one thread. Measured faster at every shape but the smallest grid's (fast/tools/PERF.md).
 
 Why PTX, as ``page_ring.py`` says for the NVFP4 ring: Gluon's shared-memory analysis would
-put a CTA barrier around every copy and mbarrier operation. Here the ring is a ``.shared``
-array the analysis never sees, and each slot, phase and offset a constant in the
-instruction. The copy and the bounded wait are ``page_ring``'s own instructions.
+put a CTA barrier around every copy and mbarrier operation (its own TMA copies measured so
+for the NVFP4 pages). Here the ring is a ``.shared`` array the analysis never sees, and
+each slot, phase and offset a constant in the instruction. The 1D copy and the bounded
+wait are ``page_ring``'s own instructions.
 
 Protocol (a kernel that unrolls its half-blocks; ring slot ``n % STAGES`` holds half-block
-n): ``declare`` once per program, then a CTA barrier; ``issue`` half-blocks 0 .. STAGES - 2
-before the loop; at half-block k ``wait``, ``read``, and (k + STAGES - 1 exists) a CTA
-barrier — every thread has read half-block k - 1, whose slot that copy overwrites — then
-``issue`` it. Every issued half-block is waited for, so none is in flight when the program
-ends. The barrier measured no slower than a second mbarrier a slot on which the readers
-arrive and the issuing thread waits (fast/tools/PERF.md).
-
-The slot is the half-block as it lies, token t's row of 128 elements at t * 128: a thread
-reading 16 bytes of two tokens 128 bytes apart (E4M3) meets a 2-way bank conflict — cheap
-next to the ~470 cycles an SM may spend on a half-block at the read ceiling.
+n): ``declare`` once per program, then a CTA barrier; ``issue`` (or ``issue_tensor``)
+half-blocks 0 .. STAGES - 2 before the loop; at half-block k ``wait``, ``read`` (SWIZZLED
+as the copies were), and (k + STAGES - 1 exists) a CTA barrier — every thread has read
+half-block k - 1, whose slot that copy overwrites — then issue it. Every issued half-block
+is waited for, so none is in flight when the program ends. The barrier measured no slower
+than a second mbarrier a slot on which the readers arrive and the issuing thread waits
+(fast/tools/PERF.md).
 """
 
 from __future__ import annotations
@@ -36,6 +45,10 @@ from triton.runtime.jit import constexpr_function
 from .page_ring import bulk_copy_asm, fits_shared, init_asm, thread_ids, wait_asm
 
 MAX_STAGES = 8  # the deepest ring a kernel may ask for (score_blocks' stages: 2 .. 8)
+BOX_ROWS = 64  # a tensor copy's box: a half-block's tokens ...
+BOX_ROW_BYTES = 128  # ... by the 128-byte swizzle's span (a row of E4M3, half a row of BF16)
+_BOX_BYTES = BOX_ROWS * BOX_ROW_BYTES
+_BOX = gl.constexpr(_BOX_BYTES)  # the same, for the read-back's address
 _RING = "fast_block_ring"
 _BARS = "fast_block_bars"
 _BAR_BYTES = 1024  # the mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned
@@ -78,6 +91,27 @@ def _issue_asm(slot, element_bytes):
     return (
         "{\n.reg .pred p;\n.reg .b64 g;\nsetp.eq.b32 p, $1, 0;\ncvta.to.global.u64 g, $2;\n"
         + bulk_copy_asm(f"[{_RING}+{slot * size}]", f"[{_BARS}+{8 * slot}]", size)
+        + "mov.b32 $0, 0;\n}"
+    )
+
+
+@constexpr_function
+def _issue_tensor_asm(slot, element_bytes):
+    """Thread $1 == 0: slot ``slot``'s mbarrier expects a half-block, and its tensor
+    copies land there from the tensor map at generic address $2, rows [$3, $3 + 64): one
+    box [64 rows, 128 bytes] a copy (E4M3 one, BF16 two: its 128 elements are 256 bytes),
+    each box 8 KB of the slot, its 16-byte runs swizzled by the row (``read``)."""
+    size = slot_bytes(element_bytes)
+    copies = "".join(
+        f"mov.b32 c, {BOX_ROW_BYTES // element_bytes * i};\n"
+        f"@p cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+        f"[{_RING}+{slot * size + i * _BOX_BYTES}], [$2, {{c, $3}}], [{_BARS}+{8 * slot}];\n"
+        for i in range(element_bytes)
+    )
+    return (
+        "{\n.reg .pred p;\n.reg .b32 c;\nsetp.eq.b32 p, $1, 0;\n"
+        f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [{_BARS}+{8 * slot}], {size};\n"
+        + copies
         + "mov.b32 $0, 0;\n}"
     )
 
@@ -129,6 +163,22 @@ def issue(src, NTH: gl.constexpr, STAGES: gl.constexpr, ELEMENT_BYTES: gl.conste
 
 
 @gluon.jit
+def issue_tensor(desc_ptr, row, NTH: gl.constexpr, STAGES: gl.constexpr, ELEMENT_BYTES: gl.constexpr):
+    """``issue``'s tensor-copy twin: half-block NTH is rows [row, row + 64) of the cache
+    seen as [N * 128, 128] (``tensor_map``: ``desc_ptr`` the int64 address of its map),
+    landing swizzled in slot NTH % STAGES (``read`` with SWIZZLED)."""
+    tid = thread_ids()
+    gl.inline_asm_elementwise(
+        _issue_tensor_asm(NTH % STAGES, ELEMENT_BYTES),
+        "=r,r,l,r",
+        [tid, desc_ptr + gl.zeros_like(tid).to(gl.int64), row + gl.zeros_like(tid)],
+        dtype=gl.int32,
+        is_pure=False,
+        pack=1,
+    )
+
+
+@gluon.jit
 def wait(NTH: gl.constexpr, STAGES: gl.constexpr):
     """Wait until half-block NTH has landed (its slot's mbarrier done with phase (NTH //
     STAGES) % 2), at most ``page_ring.POLLS`` polls. Returns int32 [128], a thread's 1
@@ -140,21 +190,33 @@ def wait(NTH: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: gl.constexpr):
+def read(
+    NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr = False
+):
     """Half-block NTH's raw elements [64 tokens, 128] — E4M3 bytes as uint8 (IS_FP8), else
     BF16 bits as int16 — in ``layout``, whose threads hold runs of 16 bytes along a token's
-    row, one 16-byte shared load a run. Not pure: the loads stay after the ``wait``."""
+    row, one 16-byte shared load a run; SWIZZLED: the slot as ``issue_tensor`` fills it,
+    else as ``issue`` does. Not pure: the loads stay after the ``wait``."""
     t = gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
     zero = t[:, None] * 0 + d[None, :] * 0
     base = gl.inline_asm_elementwise(_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
-    if IS_FP8:
+    if SWIZZLED:
+        # a tensor copy's 128-byte swizzle: row t's 16-byte run j of a box lies at run j ^ (t % 8)
+        swz = (t % 8)[:, None] * 16
+        if IS_FP8:
+            at = base + t[:, None] * 128 + (d[None, :] ^ swz)
+        else:  # element d in box d // 64, at byte 2 (d % 64) of its row
+            at = base + (d[None, :] // 64) * _BOX + t[:, None] * 128 + (((d[None, :] % 64) * 2) ^ swz)
+    elif IS_FP8:
         at = base + t[:, None] * 128 + d[None, :]
+    else:
+        at = base + (t[:, None] * 128 + d[None, :]) * 2
+    if IS_FP8:
         raw = gl.inline_asm_elementwise(
             _read_asm(NTH % STAGES, 1), _read_constraints(16), [at], dtype=gl.uint8, is_pure=False, pack=16
         )
     else:
-        at = base + (t[:, None] * 128 + d[None, :]) * 2
         raw = gl.inline_asm_elementwise(
             _read_asm(NTH % STAGES, 2), _read_constraints(8), [at], dtype=gl.int16, is_pure=False, pack=8
         )

@@ -1,7 +1,10 @@
 """The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: 64-token
-half-blocks reach a shared-memory ring by bulk copies (``block_ring.py``), each thread reads
-back the key bytes of its own MMA fragment and widens them in registers (Gluon); the block
-maxima stay per thread until the program's end. Where that ring does not fit the static
+half-blocks reach a shared-memory ring by tensor copies (``block_ring.py``: one thread, the
+cache's tensor map, the 128-byte swizzle), each thread reads back the key bytes of its own
+MMA fragment and widens them in registers (Gluon); the block maxima stay per thread until
+the program's end. Without a map (a CUDA graph captured before the cache's first call:
+``tensor_map.cached``) the same ring is filled by 1D bulk copies of the half-blocks as
+they lie. Where that ring does not fit the static
 shared memory (``msa_scorer.ring_feed``), each thread copies its own bytes into a dynamic
 ring by 16-byte ``cp.async`` copies instead (BULK off).
 
@@ -113,12 +116,24 @@ def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
 
 
 @gluon.jit
+def _column_block(blocks, n: gl.constexpr):
+    """The block of the program's half-block n: ``blocks[n // 2]`` (a register pick)."""
+    cols = gl.arange(0, blocks.shape[0], layout=blocks.type.layout)
+    return gl.sum(gl.where(cols == n // 2, blocks, 0), axis=0)
+
+
+@gluon.jit
 def _half_block(k_ptr, blocks, n: gl.constexpr):
     """The first element of the program's half-block n: tokens [64 (n % 2), + 64) of its
-    column n // 2, whose block is ``blocks[n // 2]``."""
-    cols = gl.arange(0, blocks.shape[0], layout=blocks.type.layout)
-    block = gl.sum(gl.where(cols == n // 2, blocks, 0), axis=0)
-    return k_ptr + block.to(gl.int64) * (_PAGE * _DIM) + (n % 2) * (64 * _DIM)
+    column n // 2."""
+    return k_ptr + _column_block(blocks, n).to(gl.int64) * (_PAGE * _DIM) + (n % 2) * (64 * _DIM)
+
+
+@gluon.jit
+def _half_row(blocks, n: gl.constexpr):
+    """The same half-block's first row in the cache seen as [N * 128, 128] (a tensor map's
+    rows; an int32, as the copy's coordinate: ``tensor_map.MAX_BLOCKS``)."""
+    return _column_block(blocks, n) * _PAGE + (n % 2) * 64
 
 
 @gluon.jit
@@ -147,6 +162,7 @@ def msa_score_kernel_mma(
     stride_bt,
     stride_ob,
     stride_or,
+    desc_ptr,  # int64 address of the cache's tensor map (TENSOR), else unused
     HS: gl.constexpr,
     SLOT0: gl.constexpr,  # the first slot scored: rows of earlier slots are left alone
     ROWS: gl.constexpr,  # the MMA's N: 8 (mma.sync), else a power of two >= 16 (wgmma)
@@ -157,6 +173,7 @@ def msa_score_kernel_mma(
     PDL: gl.constexpr,
     STAGES: gl.constexpr,  # half-blocks in the ring (2 .. 2 PPP + 1): STAGES - 1 in flight
     BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
+    TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
     ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
@@ -199,7 +216,10 @@ def msa_score_kernel_mma(
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
             late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-                block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
+                if TENSOR:
+                    block_ring.issue_tensor(desc_ptr, _half_row(blocks, n), n, STAGES, BYTES)
+                else:
+                    block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
         else:
             ring = gl.allocate_shared_memory(
                 k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(16 // BYTES, 1, 8, [1, 0])
@@ -225,7 +245,7 @@ def msa_score_kernel_mma(
         for k in gl.static_range(2 * PPP):
             if BULK:
                 late = late | block_ring.wait(k, STAGES)
-                raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8)
+                raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8, TENSOR)
             else:
                 async_copy.wait_group(STAGES - 2)
                 raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
@@ -234,7 +254,12 @@ def msa_score_kernel_mma(
             if k + STAGES - 1 < 2 * PPP:
                 if BULK:
                     gl.thread_barrier()
-                    block_ring.issue(_half_block(k_ptr, blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES)
+                    if TENSOR:
+                        block_ring.issue_tensor(
+                            desc_ptr, _half_row(blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES
+                        )
+                    else:
+                        block_ring.issue(_half_block(k_ptr, blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES)
                 else:
                     _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
             if not BULK:

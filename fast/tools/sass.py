@@ -113,7 +113,7 @@ def scorer_sass(
         raw = "*u8" if kernel == "msa-fp8" else "*i16"
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
-        signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or".split(), types))
+        signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or desc_ptr".split(), types + ["i64"]))
         constexprs = common | {
             "ROWS": rows,
             "PPP": ppp,
