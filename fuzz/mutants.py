@@ -114,6 +114,14 @@ MUTANTS = [
         gpu_only=True,
     ),
     Mutant(
+        "msa ring read back without the tensor copies' swizzle",
+        "msa-kernels",
+        "fast.kernels.block_ring",
+        "    if SWIZZLED:\n",
+        "    if False:\n",
+        gpu_only=True,
+    ),
+    Mutant(
         "msa stock candidates overlap the local window",
         "msa-kernels",
         "fast.kernels.msa_select",
