@@ -13,7 +13,8 @@ tokens' 4 runs each. Rows as they lie are 128 (E4M3) or 256 bytes (BF16) apart, 
 two tokens' runs fall on the same banks: a 2-way conflict on every E4M3 read, 4-way on
 BF16 (two of a thread's runs 128 bytes apart as well). Swizzled, the 8 runs of a cycle
 are 8 different 16-byte bank groups. Measured faster than the 1D copies at every shape
-of the bench (fast/tools/PERF.md), but only without the map's L2 promotion.
+of the bench with the map's L2 promotion at 128 bytes; at 256 the copies landed later and
+lost (fast/tools/PERF.md).
 
 Why the copy engine: a ring of per-thread ``cp.async`` copies costs every thread four
 (E4M3) or eight (BF16) 16-byte copies a half-block, each an instruction with its own
@@ -190,9 +191,7 @@ def wait(NTH: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def read(
-    NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr = False
-):
+def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr):
     """Half-block NTH's raw elements [64 tokens, 128] — E4M3 bytes as uint8 (IS_FP8), else
     BF16 bits as int16 — in ``layout``, whose threads hold runs of 16 bytes along a token's
     row, one 16-byte shared load a run; SWIZZLED: the slot as ``issue_tensor`` fills it,

@@ -4,9 +4,9 @@ cache's tensor map, the 128-byte swizzle), each thread reads back the key bytes 
 MMA fragment and widens them in registers (Gluon); the block maxima stay per thread until
 the program's end. Without a map (a CUDA graph captured before the cache's first call:
 ``tensor_map.cached``) the same ring is filled by 1D bulk copies of the half-blocks as
-they lie. Where that ring does not fit the static
-shared memory (``msa_scorer.ring_feed``), each thread copies its own bytes into a dynamic
-ring by 16-byte ``cp.async`` copies instead (BULK off).
+they lie. Where that ring does not fit the static shared memory (``msa_scorer.ring_feed``),
+each thread copies its own bytes into a dynamic ring by 16-byte ``cp.async`` copies
+instead (BULK off).
 
 Why: the ``tl.dot`` scorer (``msa_scorer.py``, the interpreter's) hands the compiler a
 converted [128, 128] tile that it stages through shared memory, and reduces each block's
@@ -137,6 +137,18 @@ def _half_row(blocks, n: gl.constexpr):
 
 
 @gluon.jit
+def _issue_half(
+    k_ptr, desc_ptr, blocks, n: gl.constexpr, STAGES: gl.constexpr, BYTES: gl.constexpr, TENSOR: gl.constexpr
+):
+    """The bulk ring's copy of the program's half-block n: a tensor copy through the map
+    at ``desc_ptr`` (TENSOR), else a 1D copy from the cache at ``k_ptr``."""
+    if TENSOR:
+        block_ring.issue_tensor(desc_ptr, _half_row(blocks, n), n, STAGES, BYTES)
+    else:
+        block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
+
+
+@gluon.jit
 def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
     """The A operand [64, 128] in logical column order (``column_order.logical_columns``)
     from a half-block's raw elements (no data moves between threads: checked at compile
@@ -216,10 +228,7 @@ def msa_score_kernel_mma(
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
             late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-                if TENSOR:
-                    block_ring.issue_tensor(desc_ptr, _half_row(blocks, n), n, STAGES, BYTES)
-                else:
-                    block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
+                _issue_half(k_ptr, desc_ptr, blocks, n, STAGES, BYTES, TENSOR)
         else:
             ring = gl.allocate_shared_memory(
                 k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(16 // BYTES, 1, 8, [1, 0])
@@ -254,12 +263,7 @@ def msa_score_kernel_mma(
             if k + STAGES - 1 < 2 * PPP:
                 if BULK:
                     gl.thread_barrier()
-                    if TENSOR:
-                        block_ring.issue_tensor(
-                            desc_ptr, _half_row(blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES
-                        )
-                    else:
-                        block_ring.issue(_half_block(k_ptr, blocks, k + STAGES - 1), k + STAGES - 1, STAGES, BYTES)
+                    _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
                 else:
                     _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
             if not BULK:
