@@ -114,6 +114,14 @@ MUTANTS = [
         gpu_only=True,
     ),
     Mutant(
+        "nvfp4 page ring reads the next slot's codes",
+        "kernels",
+        "fast.kernels.page_ring",
+        "        _CODES[2 * (NTH % RING) + HALF],",
+        "        _CODES[2 * ((NTH + 1) % RING) + HALF],",
+        gpu_only=True,
+    ),
+    Mutant(
         "msa ring read back without the tensor copies' swizzle",
         "msa-kernels",
         "fast.kernels.block_ring",

@@ -177,12 +177,34 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     assert bool((layer.tile.local == -1).all()) and bool((layer.recv.local == -1).all()), "CP buffers not re-armed"
 
 
+# The GPU scorer's page feeds (pages a program, pages in its shared-memory ring): the ring
+# of 2 on the long programs the policy gives it (N 8 at 8 pages, N 16 at 4), the deepest
+# ring on short programs, and the register pipeline on long ones.
+PAGE_FEEDS = ((8, 2), (4, 2), (3, 4), (8, 0))
+
+
+def _page_feeds(live_rows: int) -> list[dict]:
+    """``score_variant`` arguments for each of PAGE_FEEDS whose ring fits beside the
+    kernel's shared memory at the N of ``live_rows`` scored rows."""
+    from fast.kernels.scorer_wgmma import max_ring, mma_rows, shared_tables
+
+    n = mma_rows(live_rows)
+    return [
+        {"kernel": "wgmma", "pages_per_program": ppp, "ring": ring}
+        for ppp, ring in PAGE_FEEDS
+        if ring <= max_ring(n, ppp, shared_tables(n))
+    ]
+
+
 def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
-    """Each kernel against the reference: the scorer (bit for bit on exact inputs), the stock
-    top-16 on its own scores, and CP = 1 in one process (oracle output, buffers re-armed)."""
+    """Each kernel against the reference: the scorer (bit for bit on exact inputs; on a GPU
+    also through each of its page feeds, PAGE_FEEDS — the decode's grids here are too small
+    for the programs that take the shared-memory ring), the stock top-16 on its own scores,
+    and CP = 1 in one process (oracle output, buffers re-armed)."""
     from fast.cp import IndexerDecodeCP
     from fast.stock import StockDecode
     from fast.symm import SingleRankSymmetric
+    from fast.tools.scorer_variants import score_variant
 
     dev = ctx.device()
     case = cfg.build()
@@ -205,6 +227,11 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         mine = scores.reshape(rows, heads, width)
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(mine[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
+        for feed in _page_feeds(q * heads) if dev.type == "cuda" else ():
+            got = torch.full((batch, 8 * heads, width), 1e30, device=dev)
+            score_variant(stock_plan.tile, on[1], on[2][:, :width], on[3], got, first_slot=8 - q, **feed)
+            got = got.cpu().view(batch, 8, heads, width)[:, 8 - q :].reshape(rows, heads, width)
+            assert torch.equal(got[stored], ref_scores[stored]), f"scorer fed {feed} != reference on exact input"
         # CP = 1 in one process: the whole protocol against the oracle.
         state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
         layer = state.new_layer()
