@@ -419,6 +419,25 @@ def test_msa_sections_run_check_and_print(capsys):
     layers = bench_msa.msa_cp_vs_stock(dev, (32 * 128,), (2,), gen, cps=(4,), timer=once, flush_bytes=1 << 16)
     assert [(r["format"], r["cp"], r["speedup"]) for r in layers] == [("bf16", 4, 1.0), ("fp8", 4, 1.0)]
     assert bench_msa.check_msa(dev)
-    bench_msa.print_msa({"msa_scorer": rows, "msa_stock": stages, "msa_cp": layers}, sys.stdout)
+    feeds = bench_msa.msa_feed_section(dev, 100.0, gen, grid=(2, 256), timer=once, flush_bytes=1 << 16)
+    if dev.type == "cuda":  # every shape the mma kernel scores, each feed timed (2 µs: equal fractions)
+        from fast.kernels.scorer_wgmma import mma_rows
+        from fast.msa_scorer import KEY_FORMATS, gpu_kernel
+
+        mma_shapes = [
+            (f, hs, slots)
+            for f in ("bf16", "fp8")
+            for hs, slots in bench_msa.MSA_SHAPES
+            if gpu_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
+        ]
+        assert [(r["format"], r["hs"], r["slots"]) for r in feeds] == mma_shapes
+        assert all(r["tensor_copies"] == r["copies_1d"] > 0 for r in feeds)
+    else:
+        assert feeds == []  # the mma kernel is a GPU kernel
+    feeds = feeds or [{"format": "fp8", "context": 256, "batch": 2, "hs": 4, "slots": 8}]
+    feeds[0] |= {"tensor_copies": 0.8771, "copies_1d": 0.8652}
+    report = {"msa_scorer": rows, "msa_stock": stages, "msa_cp": layers, "msa_feeds": feeds}
+    bench_msa.print_msa(report, sys.stdout)
     out = capsys.readouterr().out
     assert "MSA scorer alone" in out and "MSA stock decode" in out and "MSA CP rank vs stock" in out and " fp8 " in out
+    assert "ring feeds" in out and "  0.877  0.865" in out

@@ -56,6 +56,7 @@ from .bench_msa import (
     block_bytes,
     check_msa,
     msa_cp_vs_stock,
+    msa_feed_section,
     msa_scorer_section,
     msa_stock_stages,
     print_msa,
@@ -611,6 +612,7 @@ def run_bench(
     read = report["ceilings"]["stream_read_GBps"]
     report["gpu_state"].append(gpu_state("select, push, msa checks"))
     report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
+    report["msa_feeds"] = msa_feed_section(device, read, gen)
     report["gpu_state"].append(gpu_state("msa scorer"))
     report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)
     report["msa_cp"] = msa_cp_vs_stock(device, msa_contexts, sorted({1, *msa_batches}), gen)

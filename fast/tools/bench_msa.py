@@ -11,8 +11,9 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
+from ..kernels.scorer_wgmma import mma_rows
 from ..msa_cp import MsaDecodeCP
-from ..msa_scorer import KEY_FORMATS, score_blocks
+from ..msa_scorer import KEY_FORMATS, gpu_kernel, score_blocks
 from ..msa_stock import MsaStockDecode
 from ..symm import SingleRankSymmetric
 from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, same_bytes_cell
@@ -79,6 +80,62 @@ def msa_scorer_section(
                             "of_read_ceiling": gbps / read_ceiling,
                         }
                     )
+        del cache
+        torch.cuda.empty_cache()
+    return rows
+
+
+FEED_GRID = (32, 131072)  # (batch, context) of msa_feed_section: where fp8 misses its goal at N 16 / 32
+FEED_ROUNDS = 2  # interleaved rounds of each feed
+
+
+def msa_feed_section(
+    device, read_ceiling: float, gen, grid=FEED_GRID, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES
+) -> list[dict]:
+    """The mma scorer's two ways into its ring in one run, at ``grid`` (batch, context):
+    for each format and shape whose GPU kernel is the mma one (``gpu_kernel``), the
+    fraction of the ceiling with tensor copies (the decode's feed) and with 1D bulk copies
+    (a graph captured before a cache's first call), each the mean of FEED_ROUNDS rounds,
+    interleaved. Empty off GPUs (the mma kernel is a GPU kernel)."""
+    if device.type != "cuda":
+        return []
+    batch, ctx = grid
+    pages = ctx // PAGE
+    rows = []
+    for fmt in KEY_FORMATS:
+        dtype, size = KEY_FORMATS[fmt], block_bytes(fmt)
+        sets = cold_sets(batch, pages, fmt, flush_bytes)
+        cache = random_keys(sets * batch * pages, fmt, device)
+        tables = disjoint_tables(batch, pages, sets, gen, device)
+        lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+        for hs, slots in MSA_SHAPES:
+            if gpu_kernel(dtype, mma_rows(hs * slots)) != "mma":
+                continue
+            tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(dtype).to(device)
+            out = torch.empty(batch, SLOTS * hs, pages, device=device)
+            fraction = {True: 0.0, False: 0.0}
+            for _ in range(FEED_ROUNDS):
+                for tensor in (True, False):
+
+                    def call(i, tensor=tensor, tile=tile, out=out, slots=slots, cache=cache):
+                        score_blocks(
+                            tile,
+                            cache,
+                            tables[i],
+                            lens,
+                            out,
+                            num_pages=pages,
+                            first_slot=SLOTS - slots,
+                            kernel="mma",
+                            tensor_copies=tensor,
+                        )
+
+                    us = timer(call, len(tables))
+                    fraction[tensor] += batch * pages * size / us / 1e3 / read_ceiling / FEED_ROUNDS
+            rows.append(
+                {"format": fmt, "context": ctx, "batch": batch, "hs": hs, "slots": slots}
+                | {"tensor_copies": fraction[True], "copies_1d": fraction[False]}
+            )
         del cache
         torch.cuda.empty_cache()
     return rows
@@ -282,6 +339,19 @@ def print_msa(report: dict, file) -> None:
             print(
                 f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} "
                 f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {same_bytes_cell(r)}",
+                file=file,
+            )
+    if report.get("msa_feeds"):
+        print(
+            "\nMSA mma scorer's ring feeds (cold L2), fraction of the read ceiling: tensor copies (the decode's) and"
+            " 1D bulk copies (a graph captured before a cache's first call)",
+            file=file,
+        )
+        print(f"{'format':>6} {'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'tensor':>7} {'1d':>6}", file=file)
+        for r in report["msa_feeds"]:
+            print(
+                f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} "
+                f"{r['tensor_copies']:>7.3f} {r['copies_1d']:>6.3f}",
                 file=file,
             )
     if report.get("msa_cp"):
