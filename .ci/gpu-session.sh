@@ -33,6 +33,7 @@ for s in "$@"; do
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
     fuzz-teeth) stage fuzz-teeth 540 "python3 -m pytest -rf -q -n 6 tests/test_fuzz.py -p no:cacheprovider" ;;  # GPU-only mutants run only here
+    fuzz-gpu) stage fuzz-gpu 400 "python3 -m fuzz kernels --examples 40 --backend cuda && python3 -m fuzz msa-kernels --examples 40 --backend cuda" ;;  # the GPU-only feeds and kernels, clean
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k "stock_topk or cp1 or replay"" ;;
     bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
