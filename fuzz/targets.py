@@ -97,6 +97,15 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
             assert len(chosen) == min(count, 16) or count > min(case.block_table.shape[1], 8192), f"row {row}: {ids}"
 
 
+def _step_rows(buffer: torch.Tensor, heads: int, q: int, width: int) -> torch.Tensor:
+    """A score buffer's rows of a step's q queries, on the CPU: ``buffer`` [B, 8 * heads,
+    >= width] (row ``slot * heads + head``) -> [B * q, heads, width], the last q slots'
+    first ``width`` columns (the reference's ``full_scores`` order)."""
+    batch = buffer.shape[0]
+    rows = buffer.cpu().view(batch, 8, heads, buffer.shape[-1])[:, 8 - q :, :, :width]
+    return rows.reshape(batch * q, heads, width)
+
+
 def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     """MSA format, fast against the reference: the stock select on the kernel's own scores
     equals the reference's selection (forced windows, ascending); on exact-arithmetic inputs
@@ -126,12 +135,7 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     out = torch.full((rows, heads, 16), -7, dtype=torch.int32, device=dev)
     stock.forward(stock.new_layer(), plan, on[0], on[1], out, q)
     width = plan.pages
-
-    def step_rows(buffer: torch.Tensor) -> torch.Tensor:
-        """A score buffer's rows of the step's queries: [rows, heads, width] on the CPU."""
-        return buffer.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width].reshape(rows, heads, width)
-
-    scores = step_rows(plan.scores)
+    scores = _step_rows(plan.scores, heads, q, width)
     n = causal_blocks(case.seq_lens, q).repeat_interleave(heads)
     want = msa_select(scores.reshape(-1, width), n, width, cfg.init_blocks, cfg.local_blocks)
     assert torch.equal(out.cpu().view(-1, 16), want), "MSA stock select != reference selection on its own scores"
@@ -156,7 +160,7 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
                 first_slot=8 - q,
                 kernel=kernel,
             )
-            got = step_rows(got)
+            got = _step_rows(got, heads, q, width)
             assert torch.equal(got[stored], ref_scores[stored]), f"MSA {kernel} kernel != reference on exact input"
     stock_out = out.cpu()
     state = MsaDecodeCP(
@@ -218,19 +222,18 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     stock.forward(stock.new_layer(), stock_plan, on[0], on[1], out, case.query_len)
     width = min(case.block_table.shape[1], 8192)
     q = case.query_len
-    scores = stock_plan.scores.cpu().view(batch, 8, heads, stock.width)[:, 8 - q :, :, :width]
+    scores = _step_rows(stock_plan.scores, heads, q, width)
     own = own_pages(case.seq_lens, q).repeat_interleave(heads)
     want = reference.selection.select(scores.reshape(-1, width), own, width, key="stock")
     assert torch.equal(out.cpu().view(-1, 16), want), "stock top-16 != reference stock selection on its own scores"
     if cfg.pattern in EXACT:
         ref_scores = full_scores(check_decode_inputs(*case.args()))  # NaN where not stored
-        mine = scores.reshape(rows, heads, width)
         stored = ~torch.isnan(ref_scores)
-        assert torch.equal(mine[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
+        assert torch.equal(scores[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
         for feed in _page_feeds(q * heads) if dev.type == "cuda" else ():
             got = torch.full((batch, 8 * heads, width), 1e30, device=dev)
             score_variant(stock_plan.tile, on[1], on[2][:, :width], on[3], got, first_slot=8 - q, **feed)
-            got = got.cpu().view(batch, 8, heads, width)[:, 8 - q :].reshape(rows, heads, width)
+            got = _step_rows(got, heads, q, width)
             assert torch.equal(got[stored], ref_scores[stored]), f"scorer fed {feed} != reference on exact input"
         # CP = 1 in one process: the whole protocol against the oracle.
         state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
