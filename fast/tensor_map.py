@@ -82,19 +82,24 @@ def encode(k_cache: torch.Tensor) -> bytes:
     return ctypes.string_at(at, MAP_BYTES)
 
 
+def key(k_cache: torch.Tensor) -> tuple:
+    """What a cache's map depends on: (device, address, blocks, dtype)."""
+    return (k_cache.device.index, k_cache.data_ptr(), k_cache.shape[0], k_cache.dtype)
+
+
 def cached(k_cache: torch.Tensor) -> torch.Tensor | None:
     """uint8 [128] on ``k_cache``'s GPU: its tensor map (``encode``), built on first use and
-    kept by (device, address, blocks, dtype) for the process's life; None while a CUDA graph
-    is being captured and no map of that key exists yet, or past MAX_BLOCKS blocks.
+    kept by its ``key`` for the process's life; None while a CUDA graph is being captured
+    and no map of that key exists yet, or past MAX_BLOCKS blocks.
 
     Never evicted: a captured graph holds the map's address, and a freed map's memory could
     be handed to another tensor while the graph still replays it (a map is 128 bytes, one
     per cache a process ever scores)."""
     if k_cache.shape[0] > MAX_BLOCKS:
         return None
-    key = (k_cache.device.index, k_cache.data_ptr(), k_cache.shape[0], k_cache.dtype)
-    found = _maps.get(key)
+    at = key(k_cache)
+    found = _maps.get(at)
     if found is None and not torch.cuda.is_current_stream_capturing():
         found = torch.frombuffer(bytearray(encode(k_cache)), dtype=torch.uint8).to(k_cache.device)
-        _maps[key] = found
+        _maps[at] = found
     return found

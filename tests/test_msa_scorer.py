@@ -278,7 +278,7 @@ def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slo
     bt, sl = on(table), on(case.seq_lens)
     out = on(torch.full((len(lens), SLOTS * heads, 9), POISON))
     score_blocks(tile, cache, bt, sl, out, **one)  # compiles the launch, and builds the map
-    key_of_cache = (cache.device.index, cache.data_ptr(), cache.shape[0], cache.dtype)
+    key_of_cache = tensor_map.key(cache)
     bulk = dtype == "fp8" or (SLOTS - first_slot) * heads == 32  # else the cp.async ring: no map
     assert (tensor_map._maps.pop(key_of_cache, None) is not None) == bulk  # as if the capture came first
     out.fill_(POISON)

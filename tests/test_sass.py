@@ -271,10 +271,11 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     """The MSA format's mma scorer compiles for sm_90 at every N a decode launches (8:
     mma.sync; 16, 32, 64: wgmma), as launched (its ring and register cap, the grid's
     largest programs), spills nothing, and moves every key byte once: where ``ring_feed``
-    says bulk, one tensor copy a 64-token half-block's box (E4M3 one, BF16 two), one wait each (taking no branch once
-    landed), its ring's static shared memory and the dynamic buffers as ``max_stages``
-    counts them; else each thread its 32 or 64 bytes of each half-block's tokens by 16-byte
-    cp.async copies, nothing more (the GPU tests hold its scores to the reference's)."""
+    says bulk, one tensor copy a 64-token half-block's box (E4M3 one, BF16 two), one wait
+    each (taking no branch once landed), its ring's static shared memory and the dynamic
+    buffers as ``max_stages`` counts them; else each thread its 32 or 64 bytes of each
+    half-block's tokens by 16-byte cp.async copies, nothing more (the GPU tests hold its
+    scores to the reference's)."""
     dump = tmp_path / "msa.sass"
     cmd = ["-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
     cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump)]
