@@ -25,7 +25,7 @@ for s in "$@"; do
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_scorer.py tests/test_gpu_graphs.py tests/test_scorer.py tests/test_select_levels.py tests/test_warp_select.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_bad_inputs.py tests/test_guards.py" ;;
     msa) stage msa 400 "python3 -m pytest -q -n 4 tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_reference.py tests/test_stock_decode.py tests/test_bench.py -p no:cacheprovider" ;;
     msa-cp) stage msa-cp 240 "python3 -m pytest -q -n 4 tests/test_msa_cp_one_rank.py tests/test_cp_fallback.py tests/test_sass.py tests/test_bench.py tests/test_cp_one_rank.py tests/test_gpu_graphs.py tests/test_msa_stock.py tests/test_bad_inputs.py -p no:cacheprovider" ;;
-    msa-ranks) stage msa-ranks 300 "python3 -m pytest -q -m multirank tests/test_msa_protocol_ranks.py --durations=5 -p no:cacheprovider" ;;
+    msa-ranks) stage msa-ranks 300 "python3 -m pytest -q -n 4 -m multirank tests/test_msa_protocol_ranks.py --durations=5 -p no:cacheprovider" ;;  # serial: past 200 s
     guards) stage guards 300 "python3 -m pytest -q -n 4 tests/test_guards.py tests/test_bad_inputs.py -p no:cacheprovider" ;;
     sanitizer-guards) stage sanitizer-guards 400 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_guards.py -p no:cacheprovider" ;;
     guards-ranks) stage guards-ranks 400 "python3 -m pytest -v -s -m multirank -k 'missing_peer or bad_device or waits_for_nothing' -p no:cacheprovider" ;;
