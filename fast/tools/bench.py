@@ -69,11 +69,12 @@ from .timing import (
     FLUSH_BYTES,
     CachePool,
     ceilings,
+    gathered_read_GBps,
     gpu_state,
     gpu_state_line,
     graph_time_us,
     random_tile,
-    same_bytes_cell,
+    read_cell,
     same_bytes_read_GBps,
 )
 
@@ -250,19 +251,32 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
 
 
 def same_bytes_section(report: dict, device, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES) -> None:
-    """Give every scorer row (NVFP4 and MSA) ``same_bytes_read``: the fraction of the
-    ceiling a bare streaming read of the row's bytes reaches in the same timing
-    (``timing.same_bytes_read_GBps``), and the report ``same_bytes_reads`` (bytes, GB/s).
-    A small grid's scorer can reach no more than that: the ceiling is a 4 GiB read.
-    timer / flush_bytes: ``same_bytes_read_GBps``'s (tests pass stand-ins)."""
+    """Give every scorer row (NVFP4 and MSA) two bare reads of its bytes, as fractions of the
+    ceiling in the same timing: ``same_bytes_read``, streamed (``timing.same_bytes_read_GBps``:
+    a small grid's launch, ramp and last wave), and ``gathered_read``, its pages fetched
+    through shuffled tables as the scorer fetches them (``timing.gathered_read_GBps``: the
+    scattered pages' DRAM cost besides). A scorer of that size can reach no more than the
+    streamed read, and no more than the gathered one without changing where its pages lie:
+    the ceiling is a 4 GiB read. The report gets ``same_bytes_reads`` (bytes, GB/s) and
+    ``gathered_reads`` (batch, pages, page bytes, GB/s). timer / flush_bytes: both reads'
+    (tests pass stand-ins)."""
     rows = [(r, PAGE_BYTES) for r in report["scorer"]]
     rows += [(r, block_bytes(r["format"])) for r in report.get("msa_scorer", [])]
     sizes = sorted({r["batch"] * (r["context"] // PAGE) * size for r, size in rows})
     reads = {n: same_bytes_read_GBps(device, n, flush_bytes, timer) for n in progress(sizes, "same-bytes reads")}
     report["same_bytes_reads"] = [{"bytes": n, "GBps": gbps} for n, gbps in reads.items()]
+    shapes = sorted({(r["batch"], r["context"] // PAGE, size) for r, size in rows})
+    gathered = {
+        shape: gathered_read_GBps(device, *shape, flush_bytes=flush_bytes, timer=timer)
+        for shape in progress(shapes, "gathered reads")
+    }
+    report["gathered_reads"] = [
+        {"batch": b, "pages": p, "page_bytes": size, "GBps": gbps} for (b, p, size), gbps in gathered.items()
+    ]
     ceiling = report["ceilings"]["stream_read_GBps"]
     for r, size in rows:
         r["same_bytes_read"] = reads[r["batch"] * (r["context"] // PAGE) * size] / ceiling
+        r["gathered_read"] = gathered[(r["batch"], r["context"] // PAGE, size)] / ceiling
 
 
 def select_section(device, gen) -> list[dict]:
@@ -425,19 +439,20 @@ def print_report(report: dict, file=sys.stdout) -> None:
     if line := gpu_state_line(report.get("gpu_state", [])):
         print(line, file=file)
     print(
-        "\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling; read: the fraction a "
-        "bare read of the same bytes reaches",
+        "\nscorer alone (cold L2): µs and read GB/s, fraction of the streaming-read ceiling; read / gath: the "
+        "fraction a bare read of the same bytes reaches, streamed / its pages gathered through shuffled tables",
         file=file,
     )
     print(
-        f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5} {'read':>5}  variant",
+        f"{'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5} {'read':>5} {'gath':>5}"
+        "  variant",
         file=file,
     )
     for r in report["scorer"]:
         variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
         print(
             f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} {r['GBps']:>7.0f} "
-            f"{r['of_read_ceiling']:>5.2f} {same_bytes_cell(r)}  {variant}",
+            f"{r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}  {variant}",
             file=file,
         )
     print_msa(report, file)

@@ -16,7 +16,7 @@ from ..msa_cp import MsaDecodeCP
 from ..msa_scorer import KEY_FORMATS, gpu_kernel, score_blocks
 from ..msa_stock import MsaStockDecode
 from ..symm import SingleRankSymmetric
-from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, same_bytes_cell
+from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell
 
 # (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
 # and 1.
@@ -329,16 +329,17 @@ def print_msa(report: dict, file) -> None:
     """The MSA sections of the report, if measured."""
     if report.get("msa_scorer"):
         print(
-            "\nMSA scorer alone (bf16 / fp8 keys, cold L2): µs, read GB/s, fraction of the read ceiling; read: the "
-            "fraction a bare read of the same bytes reaches",
+            "\nMSA scorer alone (bf16 / fp8 keys, cold L2): µs, read GB/s, fraction of the read ceiling; read / gath: "
+            "the fraction a bare read of the same bytes reaches, streamed / its blocks gathered through shuffled "
+            "tables",
             file=file,
         )
         head = f"{'format':>6} {'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}"
-        print(head + f" {'read':>5}", file=file)
+        print(head + f" {'read':>5} {'gath':>5}", file=file)
         for r in report["msa_scorer"]:
             print(
                 f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} "
-                f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {same_bytes_cell(r)}",
+                f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}",
                 file=file,
             )
     if report.get("msa_feeds"):

@@ -93,15 +93,24 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
 
 
 def _same_bytes(rows: list[dict]) -> str:
-    """What a bare read of the judged rows' bytes reached (``bench.same_bytes_section``), and
-    each row's fraction of it, as a figure's tail: the most a scorer of those sizes could
-    show, and how near it the rows come; "" where unmeasured."""
+    """What bare reads of the judged rows' bytes reached (``bench.same_bytes_section``:
+    streamed, and gathered a page at a time through shuffled tables as the scorers read
+    them), and each row's fraction of the tighter one, as a figure's tail: the most a scorer
+    of those sizes could show, and how near it the rows come; "" where unmeasured."""
     read = [r for r in rows if r.get("same_bytes_read", 0) > 0]
     if not read:
         return ""
     reads = _span([r["same_bytes_read"] for r in read])
-    near = _span([r["of_read_ceiling"] / r["same_bytes_read"] for r in read])
-    return f" (a bare read of the same bytes: {reads}; the rows reach {near} of it)"
+    gathered = [r for r in read if r.get("gathered_read", 0) > 0]
+    if not gathered:
+        near = _span([r["of_read_ceiling"] / r["same_bytes_read"] for r in read])
+        return f" (a bare read of the same bytes: {reads}; the rows reach {near} of it)"
+    gath = _span([r["gathered_read"] for r in gathered])
+    near = _span([r["of_read_ceiling"] / r["gathered_read"] for r in gathered])
+    return (
+        f" (a bare read of the same bytes: {reads}, of the same pages gathered: {gath};"
+        f" the rows reach {near} of the gathered)"
+    )
 
 
 def _one_request(report: dict) -> dict:

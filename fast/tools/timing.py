@@ -1,6 +1,7 @@
-"""The benchmark's instruments: graph-replay timing, the bandwidth ceilings, a bare read of a
-given number of bytes (what a scorer of that size can reach), and cold inputs (a cache pool
-to carve disjoint page sets from, random query tiles)."""
+"""The benchmark's instruments: graph-replay timing, the bandwidth ceilings, bare reads of a
+given number of bytes — streamed, and gathered a page at a time through the scorers' own
+shuffled tables (what a scorer of that size and access can reach) — and cold inputs (a
+cache pool to carve disjoint page sets from, random query tiles)."""
 
 from __future__ import annotations
 
@@ -103,10 +104,62 @@ def same_bytes_read_GBps(device, nbytes: int, flush_bytes: int = FLUSH_BYTES, ti
     return best
 
 
-def same_bytes_cell(row: dict) -> str:
-    """A scorer row's ``same_bytes_read`` (``bench.same_bytes_section``) as the report's
-    5-wide column, blank where the run did not measure it."""
-    return f"{row['same_bytes_read']:>5.2f}" if "same_bytes_read" in row else " " * 5
+@triton.jit
+def _gather_kernel(x_ptr, table_ptr, out_ptr, width, WORDS: tl.constexpr, CHUNK: tl.constexpr, UNITS: tl.constexpr):
+    """Program ``b * C + c`` (C = ceil(width / UNITS)) reads the pages of table row b's
+    columns ``c * UNITS ..`` (WORDS int32 words a page, CHUNK at a time) as the scorers lay
+    their programs out; one xor per word, one store."""
+    chunks = tl.cdiv(width, UNITS)
+    b = tl.program_id(0) // chunks
+    first = (tl.program_id(0) % chunks) * UNITS
+    acc = tl.zeros([CHUNK], dtype=tl.int32)
+    for i in range(UNITS):
+        live = first + i < width
+        page = tl.load(table_ptr + b.to(tl.int64) * width + first + i, mask=live, other=0).to(tl.int64)
+        for j in range(WORDS // CHUNK):
+            offs = page * WORDS + j * CHUNK + tl.arange(0, CHUNK)
+            acc ^= tl.load(x_ptr + offs, mask=live, other=0)
+    tl.store(out_ptr + tl.program_id(0), tl.reduce(acc, 0, _xor))
+
+
+# A gathered read's program shapes (pages a program, warps); the best of them is reported.
+GATHER_SHAPES = ((1, 4), (2, 4), (4, 4), (4, 8))
+
+
+def gathered_read_GBps(
+    device, batch: int, pages: int, page_bytes: int, flush_bytes: int = FLUSH_BYTES, timer=graph_time_us
+) -> float:
+    """GB/s of a bare read of ``batch`` x ``pages`` pages of ``page_bytes`` each (a multiple
+    of 4), each page fetched where a table shuffled as the scorers' (``disjoint_tables``)
+    puts it, timed as they are (one call per cold set, the median replay), the best of
+    ``GATHER_SHAPES``. Below the streamed read of as many bytes
+    (``same_bytes_read_GBps``) where pages scattered over the pool cost DRAM more than one
+    run does: what a scorer reading those pages through such tables can reach."""
+    words = page_bytes // 4
+    chunk = math.gcd(words, 1024)  # the largest power of 2 <= 1024 dividing a page's words
+    need = batch * pages
+    sets = max(1, min(64, math.ceil(flush_bytes / (need * page_bytes))))
+    pool = torch.randint(0, 2**31 - 1, (sets * need * words,), dtype=torch.int32, device=device)
+    tables = disjoint_tables(batch, pages, sets, torch.Generator().manual_seed(0), device)
+    best = 0.0
+    for units, warps in GATHER_SHAPES:
+        grid = batch * triton.cdiv(pages, units)
+        sink = torch.empty(grid, dtype=torch.int32, device=device)
+
+        def read(i, grid=grid, sink=sink, units=units, warps=warps):
+            _gather_kernel[(grid,)](
+                pool, tables[i], sink, pages, WORDS=words, CHUNK=chunk, UNITS=units, num_warps=warps
+            )
+
+        best = max(best, need * page_bytes / timer(read, sets) / 1e3)
+    return best
+
+
+def read_cell(row: dict, key: str = "same_bytes_read") -> str:
+    """A scorer row's bare-read fraction ``key`` (``same_bytes_read`` or ``gathered_read``:
+    ``bench.same_bytes_section``) as the report's 5-wide column, blank where the run did not
+    measure it."""
+    return f"{row[key]:>5.2f}" if key in row else " " * 5
 
 
 # What nvidia-smi reports of the GPU as a bench section ends, and the report's names for it.
