@@ -226,12 +226,14 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
             _layer(2048, 1, 1, 3.7, 6.6, 1.0, 3.4),
             _layer(1048576, 1, 1, 32.0, 25.0, 17.0, 8.0, stock_top16=3.7, stock_score=27.6),
         ],
-        # the MSA goal counts every shape at the same points; batch 1 x 128K counts for none
+        # the MSA goal counts every shape at the same points; batch 1 x 128K counts for none,
+        # nor a hot row (a variant)
         "msa_scorer": [
             dict(format="fp8", context=131072, batch=8, hs=1, slots=8, of_read_ceiling=0.93),
             dict(format="fp8", context=131072, batch=8, hs=4, slots=1, of_read_ceiling=0.91),
             dict(format="fp8", context=131072, batch=1, hs=4, slots=1, of_read_ceiling=0.2),
             dict(format="bf16", context=131072, batch=8, hs=4, slots=8, of_read_ceiling=0.89),
+            dict(format="fp8", context=131072, batch=32, hs=4, slots=8, of_read_ceiling=0.5, variant={"hot": True}),
         ],
     }
 
@@ -391,7 +393,7 @@ def test_same_bytes_section_reads_each_rows_bytes_once_and_prints_them(capsys):
     assert timing.read_cell({}) == " " * 5
     assert timing.read_cell({"gathered_read": 0.873}, "gathered_read") == " 0.87"
     bench_msa.print_msa(report, sys.stdout)
-    assert " 0.30  1.64  1.64\n" in capsys.readouterr().out  # frac, then read and gathered
+    assert " 0.30  1.64  1.64  default\n" in capsys.readouterr().out  # frac, then read and gathered
 
 
 @pytest.mark.parametrize("units", [1, 2, 4])  # timing.GATHER_SHAPES' pages a program
@@ -453,10 +455,21 @@ def test_msa_sections_run_check_and_print(capsys):
         return 2.0
 
     gen = torch.Generator().manual_seed(1)
-    rows = bench_msa.msa_scorer_section(dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16)
-    assert [(r["format"], r["hs"], r["slots"]) for r in rows] == [
-        (f, hs, slots) for f in ("bf16", "fp8") for hs, slots in bench_msa.MSA_SHAPES
+    rows = bench_msa.msa_scorer_section(
+        dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16, hot_grid=(1, 384)
+    )
+    # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks)
+    assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == [
+        (f, *grid, hs, slots, variant)
+        for f in ("bf16", "fp8")
+        for grid, variant in (((2, 256), None), ((1, 384), {"hot": True}))
+        for hs, slots in bench_msa.MSA_SHAPES
     ]
+    assert calls[4:8] == [1] * 4  # the hot rows: one call a shape
+    assert rows[4]["GBps"] == pytest.approx(3 * 32768 / 2.0 / 1e3)  # 1 request x 3 blocks in 2 µs
+    bench_msa.print_msa({"msa_scorer": rows}, sys.stdout)
+    printed = capsys.readouterr().out
+    assert printed.count("  hot=True\n") == 8 and printed.count("  default\n") == 8
     # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
     stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)

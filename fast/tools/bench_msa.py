@@ -40,46 +40,59 @@ def random_keys(blocks: int, key_format: str, device) -> torch.Tensor:
     return keys.to(KEY_FORMATS[key_format])
 
 
+# msa_scorer_section's hot rows: at HOT_GRID (batch, context) every column one of HOT_BLOCKS
+# blocks (1-2 MB: L2 serves them), the kernel's throughput without HBM beside the cold rows.
+HOT_GRID = (32, 131072)
+HOT_BLOCKS = 64
+
+
 def msa_scorer_section(
-    device, contexts, batches, read_ceiling: float, gen, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES
+    device,
+    contexts,
+    batches,
+    read_ceiling: float,
+    gen,
+    timer=graph_time_us,
+    flush_bytes: int = FLUSH_BYTES,
+    hot_grid=HOT_GRID,
 ) -> list[dict]:
     """One row per (format, context, batch, shape): median µs of ``score_blocks`` over cold
     block sets (together more than ``flush_bytes``), read GB/s and the fraction of the
-    ceiling. timer: ``graph_time_us`` or a stand-in (tests)."""
+    ceiling; then, per format and shape, a ``hot`` row at ``hot_grid`` (batch, context;
+    ``variant``: the same call on HOT_BLOCKS blocks that L2 holds). A hot row far above its
+    cold one says memory bounds the cold call; one near it, the kernel's own work. timer:
+    ``graph_time_us`` or a stand-in; hot_grid: smaller in tests."""
     rows = []
     for fmt in KEY_FORMATS:
         size = block_bytes(fmt)
         need = max(b * c // PAGE for c in contexts for b in batches)
-        blocks = max(need, flush_bytes // size) + need  # at least two sets, or one past the flush size
+        blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
         cache = random_keys(blocks, fmt, device)
-        for ctx in contexts:
+        grids = [(batch, ctx, None) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
+        for batch, ctx, variant in grids:
             pages = ctx // PAGE
-            for batch in batches:
-                per_set = batch * pages
+            per_set = batch * pages
+            if variant:
+                tables = [torch.randint(0, HOT_BLOCKS, (batch, pages), generator=gen, dtype=torch.int32).to(device)]
+            else:
                 sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
                 tables = disjoint_tables(batch, pages, sets, gen, device)
-                lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-                for hs, slots in MSA_SHAPES:
-                    tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
-                    out = torch.empty(batch, SLOTS * hs, pages, device=device)
+            lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+            for hs, slots in MSA_SHAPES:
+                tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
+                out = torch.empty(batch, SLOTS * hs, pages, device=device)
 
-                    def call(i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache):
-                        score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots)
+                def call(i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache):
+                    score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots)
 
-                    us = timer(call, len(tables))
-                    gbps = per_set * size / us / 1e3
-                    rows.append(
-                        {
-                            "format": fmt,
-                            "context": ctx,
-                            "batch": batch,
-                            "hs": hs,
-                            "slots": slots,
-                            "us": us,
-                            "GBps": gbps,
-                            "of_read_ceiling": gbps / read_ceiling,
-                        }
-                    )
+                us = timer(call, len(tables))
+                gbps = per_set * size / us / 1e3
+                row = {"format": fmt, "context": ctx, "batch": batch, "hs": hs, "slots": slots, "us": us}
+                rows.append(
+                    row
+                    | {"GBps": gbps, "of_read_ceiling": gbps / read_ceiling}
+                    | ({"variant": variant} if variant else {})
+                )
         del cache
         torch.cuda.empty_cache()
     return rows
@@ -335,11 +348,12 @@ def print_msa(report: dict, file) -> None:
             file=file,
         )
         head = f"{'format':>6} {'context':>8} {'batch':>5} {'Hs':>3} {'slots':>5} {'µs':>9} {'GB/s':>7} {'frac':>5}"
-        print(head + f" {'read':>5} {'gath':>5}", file=file)
+        print(head + f" {'read':>5} {'gath':>5}  variant", file=file)
         for r in report["msa_scorer"]:
             print(
                 f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} "
-                f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}",
+                f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}  "
+                + (" ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"),
                 file=file,
             )
     if report.get("msa_feeds"):

@@ -218,7 +218,10 @@ def _msa_scorer(report: dict, fmt: str) -> dict:
     rows = [
         r
         for r in report.get("msa_scorer", [])
-        if r["format"] == fmt and r["batch"] >= SCORER_BATCH and r["batch"] * r["context"] >= SCORER_FROM
+        if r["format"] == fmt
+        and not r.get("variant")
+        and r["batch"] >= SCORER_BATCH
+        and r["batch"] * r["context"] >= SCORER_FROM
     ]
     if not rows:
         return _verdict(target, "not measured (no such point in this grid)", None)
