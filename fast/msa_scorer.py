@@ -144,6 +144,7 @@ def score_blocks(
     ppp: int | None = None,
     stages: int | None = None,
     tensor_copies: bool = True,
+    loads_only: bool = False,
 ) -> torch.Tensor:
     """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
 
@@ -168,8 +169,10 @@ def score_blocks(
     the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
     than ``max_stages`` is filled by cp.async copies); tensor_copies: False fills a bulk
     ring by 1D bulk copies instead of tensor copies (what a CUDA graph captured before
-    the cache's first call runs: ``tensor_map.cached``); tests and the bench's variants
-    set them.
+    the cache's first call runs: ``tensor_map.cached``); loads_only: the bench's probe of
+    the mma kernel's bulk ring alone — the same grid, copies, waits and shared-memory
+    reads, as much shared memory, no q, MMA or maxima, nothing written to ``out``; tests
+    and the bench's variants set them.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     check_keys("k_cache", k_cache)
@@ -201,8 +204,11 @@ def score_blocks(
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
     if kernel == "mma" and device.type != "cuda":
         raise ValueError(f"kernel: 'mma' needs a GPU, not {device.type} (the dot kernel runs anywhere)")
-    if not isinstance(tensor_copies, bool):
-        raise TypeError(f"tensor_copies: expected a bool, got {type(tensor_copies).__name__}")
+    for name, flag in (("tensor_copies", tensor_copies), ("loads_only", loads_only)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    if loads_only and kernel != "mma":
+        raise ValueError(f"loads_only: probes the mma kernel's ring, not the {kernel} kernel's")
     for name, value, low, high in (("ppp", ppp, 1, 16), ("stages", stages, 2, 8)):
         if value is not None:
             check_int(name, value, low=low, high=high)
@@ -240,6 +246,9 @@ def score_blocks(
     if kernel == "mma":
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
         ring = mma_constants(k_cache.dtype, rows, ppp, stages)
+        if loads_only and not ring["BULK"]:
+            raise ValueError(f"loads_only: probes a bulk ring, and this launch's (N {rows}) is cp.async copies")
+        ring["LOADS_ONLY"] = loads_only
         tmap = tensor_map.cached(k_cache) if tensor_copies and ring["TENSOR"] else None
         ring["TENSOR"] = tmap is not None  # else the 1D bulk copies (a capture without the map)
         msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](

@@ -458,18 +458,27 @@ def test_msa_sections_run_check_and_print(capsys):
     rows = bench_msa.msa_scorer_section(
         dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16, hot_grid=(1, 384)
     )
-    # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks)
-    assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == [
-        (f, *grid, hs, slots, variant)
-        for f in ("bf16", "fp8")
-        for grid, variant in (((2, 256), None), ((1, 384), {"hot": True}))
-        for hs, slots in bench_msa.MSA_SHAPES
-    ]
+    # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
+    # then on a GPU the ring's probe for each shape the mma kernel scores
+    from fast.kernels.scorer_wgmma import mma_rows
+    from fast.msa_scorer import KEY_FORMATS, gpu_kernel
+
+    want = []
+    for f in ("bf16", "fp8"):
+        want += [(f, 2, 256, hs, slots, None) for hs, slots in bench_msa.MSA_SHAPES]
+        want += [(f, 1, 384, hs, slots, {"hot": True}) for hs, slots in bench_msa.MSA_SHAPES]
+        want += [
+            (f, 1, 384, hs, slots, {"loads_only": True})
+            for hs, slots in bench_msa.MSA_SHAPES
+            if dev.type == "cuda" and gpu_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
+        ]
+    assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == want
     assert calls[4:8] == [1] * 4  # the hot rows: one call a shape
     assert rows[4]["GBps"] == pytest.approx(3 * 32768 / 2.0 / 1e3)  # 1 request x 3 blocks in 2 µs
     bench_msa.print_msa({"msa_scorer": rows}, sys.stdout)
     printed = capsys.readouterr().out
     assert printed.count("  hot=True\n") == 8 and printed.count("  default\n") == 8
+    assert printed.count("  loads_only=True\n") == len(want) - 16
     # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
     stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)

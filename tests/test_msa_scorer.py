@@ -144,6 +144,8 @@ def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
         (lambda a: a.update(q_set_stride=24), "q_set_stride: must be a multiple of 16 elements, got 24"),
         (lambda a: a.update(error=a["lens"]), "error: expected 5 words"),
         (lambda a: a.update(tensor_copies=1), "tensor_copies: expected a bool, got int"),
+        (lambda a: a.update(loads_only=1), "loads_only: expected a bool, got int"),
+        (lambda a: a.update(loads_only=True, kernel="dot"), "loads_only: probes the mma kernel's ring, not the dot"),
     ],
 )
 def test_bad_arguments_name_themselves(change, match):
@@ -290,6 +292,29 @@ def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slo
     assert same(out.cpu(), eager[True])
     score_blocks(tile, cache, bt, sl, out, **one)
     assert (key_of_cache in tensor_map._maps) == bulk
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", sorted(DTYPES))
+@pytest.mark.parametrize("heads,first_slot", [(1, 0), (4, 4), (4, 0)])
+def test_the_ring_probe_writes_nothing_and_needs_a_bulk_ring(dtype, heads, first_slot):
+    """``loads_only`` (the bench's probe of the mma kernel's ring) runs where the ring is
+    bulk — E4M3 at N 8 / 16 / 32, BF16 at N 32 — records nothing and leaves ``out`` as it
+    was, by tensor copies and by 1D copies; a cp.async ring (BF16 below N 32) is refused
+    before any launch. (``tests/test_sass.py`` holds what it reads.)"""
+    lens = [seq_len_for(8, 37), seq_len_for(3, 127), 0]
+    case = msa.make_case(3, lens, dtype=dtype, query_len=8, heads=heads, table_width=9)
+    args = (on(query_tile(case.index_q, len(lens), 8)), on(case.k_cache), on(case.block_table), on(case.seq_lens))
+    out = on(torch.full((len(lens), SLOTS * heads, 9), POISON))
+    record = new_record(DEV)
+    one = {"num_pages": 9, "first_slot": first_slot, "kernel": "mma", "loads_only": True, "error": record}
+    if dtype == "bf16" and (SLOTS - first_slot) * heads < 32:
+        with pytest.raises(ValueError, match="loads_only: probes a bulk ring"):
+            score_blocks(*args, out, **one)
+        return
+    for copies in (True, False):
+        score_blocks(*args, out, tensor_copies=copies, **one)
+    assert bool((out == POISON).all()) and record.tolist() == [0] * 5
 
 
 @gluon.jit

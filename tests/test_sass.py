@@ -320,3 +320,54 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     loads = [i for i, line in enumerate(lines) if re.search(r"\bLDG\.", line)]
     assert not [i for i in loads if mmas[0] < i < mmas[-1]], "a global load inside the half-block loop"
     assert not re.search(r"\bLDG\.E\.(U8|S8|U16|S16)\b", text), "the query loaded in pieces"
+
+
+def _programs_an_sm(usage: dict) -> int:
+    """Programs of 4 warps an H100 / H200 SM holds at a kernel's registers and shared
+    memory (cuobjdump's REG and SHARED, Triton's DYNAMIC): 64K registers, allotted a warp
+    in units of 256 (8 a thread); 228 KB of shared memory, 1 KB of it reserved a program."""
+    by_registers = 65536 // (128 * -(-usage["REG"] // 8) * 8)
+    by_shared = 228 * 1024 // (usage["SHARED"] + usage["DYNAMIC"] + 1024)
+    return min(by_registers, by_shared, 16)
+
+
+_PROBE = """
+import json, sys
+from fast.tools.sass import instruction_mix, scorer_sass
+kernel, hs, slot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+out = {}
+for probe in (False, True):
+    usage, text = scorer_sass(kernel, hs, None, None, first_slot=slot, pdl=True, loads_only=probe)
+    mix = instruction_mix(text)
+    out[probe] = {"usage": usage, "mix": mix, "waits": text.count("TRYWAIT"), "runs": text.count("LDS.128")}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(
+    "key_format, hs, first_slot", [("fp8", 1, 0), ("fp8", 4, 7), ("fp8", 4, 4), ("fp8", 4, 0), ("bf16", 4, 0)]
+)
+def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
+    """``score_blocks(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
+    ring (every shape whose ring is bulk), compiles beside the scorer it probes and keeps
+    what bounds the ring: the same tensor copies and waits, every 16-byte read-back (one
+    load a run: E4M3 4 a thread and half-block, BF16 8), the same static and dynamic shared
+    memory, as many programs an SM, no spills — and no MMA."""
+    import json
+
+    from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
+
+    done = _compile_only("-c", _PROBE, f"msa-{key_format}", str(hs), str(first_slot))
+    assert done.returncode == 0, done.stderr
+    scorer, probe = (json.loads(done.stdout.splitlines()[-1])[k] for k in ("false", "true"))
+    ppp = long_row_pages(mma_rows((8 - first_slot) * hs))
+    runs = 4 if key_format == "fp8" else 8
+    fields = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", probe["usage"])}
+    want = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", scorer["usage"])}
+    assert fields["STACK"] == fields["LOCAL"] == 0, probe["usage"]
+    assert (fields["SHARED"], fields["DYNAMIC"]) == (want["SHARED"], want["DYNAMIC"]), (probe["usage"], scorer["usage"])
+    assert _programs_an_sm(fields) == _programs_an_sm(want), (probe["usage"], scorer["usage"])
+    mix = probe["mix"]
+    assert mix["UTMALDG"] == scorer["mix"]["UTMALDG"] > 0 and probe["waits"] == scorer["waits"] == 2 * ppp, mix
+    assert mix.get("HMMA", 0) == mix.get("HGMMA", 0) == 0, mix
+    assert probe["runs"] == scorer["runs"] == 2 * ppp * runs, (probe["runs"], scorer["runs"])  # 16-byte loads

@@ -134,6 +134,34 @@ def _read_constraints(pack):
     return "=r,=r,=r,=r," + ",".join(["r"] * pack)
 
 
+@constexpr_function
+def _fold_asm(slot, element_bytes):
+    """``_read_asm``'s 16 bytes at the thread's offset $1, folded to one word $0 (the xor of
+    its four)."""
+    return (
+        "{\n.reg .b32 a, b, c, d;\n"
+        f"ld.shared.v4.b32 {{a, b, c, d}}, [$1+{slot * slot_bytes(element_bytes)}];\n"
+        "xor.b32 a, a, b;\nxor.b32 c, c, d;\nxor.b32 $0, a, c;\n}"
+    )
+
+
+@constexpr_function
+def runs_layout(element_bytes):
+    """A half-block's 16-byte runs [64 tokens, 8 (E4M3) or 16 (BF16) a token], each thread
+    holding those the scorer's read-back gives it (``msa_scorer_mma``'s raw layout: lane
+    (gid, tig) of warp w reads 32 elements of tokens 16 w + gid and 16 w + gid + 8, from
+    element 32 tig): 2 runs of a token for E4M3, 4 for BF16."""
+    per = 2 * element_bytes  # runs of a thread's 32 elements
+    own = [[0, 1 << i] for i in range(per.bit_length() - 1)]
+    return gl.DistributedLinearLayout(
+        reg_bases=own + [[8, 0]],
+        lane_bases=[[0, per], [0, 2 * per], [1, 0], [2, 0], [4, 0]],
+        warp_bases=[[16, 0], [32, 0]],
+        block_bases=[],
+        shape=[64, 8 * element_bytes],
+    )
+
+
 _BASE = gl.constexpr(f"mov.b32 $0, {_RING};")
 
 
@@ -220,3 +248,24 @@ def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: 
             _read_asm(NTH % STAGES, 2), _read_constraints(8), [at], dtype=gl.int16, is_pure=False, pack=8
         )
     return raw
+
+
+@gluon.jit
+def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr):
+    """``read``'s loads, each 16-byte run folded to one int32 in PTX (``runs_layout``): the
+    bench's probe of the ring alone (``score_blocks(..., loads_only=True)``), which keeps
+    every load live at one register a run instead of the run's 16 elements."""
+    BYTES: gl.constexpr = 1 if IS_FP8 else 2
+    layout: gl.constexpr = runs_layout(BYTES)
+    t = gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+    r = gl.arange(0, 8 * BYTES, layout=gl.SliceLayout(0, layout))
+    zero = t[:, None] * 0 + r[None, :] * 0
+    base = gl.inline_asm_elementwise(_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
+    if SWIZZLED:  # run j of row t at j ^ (t % 8) within its box (read's addresses, 16 r for d)
+        swz = (t % 8)[:, None] * 16
+        at = base + (r[None, :] // 8) * _BOX + t[:, None] * 128 + (((r[None, :] % 8) * 16) ^ swz)
+    else:
+        at = base + t[:, None] * (128 * BYTES) + r[None, :] * 16
+    return gl.inline_asm_elementwise(
+        _fold_asm(NTH % STAGES, BYTES), "=r,r", [at], dtype=gl.int32, is_pure=False, pack=1
+    )

@@ -149,6 +149,33 @@ def _issue_half(
 
 
 @gluon.jit
+def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
+    """LOADS_ONLY: take the dynamic shared memory the scoring path's q tile and maxima
+    take (``msa_scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
+    lets share), so that the probe shares an SM with as many programs as the scorer does.
+    Returns 0, read back from every buffer: unread, the compiler drops them."""
+    smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    regs: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
+    TILE: gl.constexpr = ROWS * 64
+    MAXIMA: gl.constexpr = PAD * PARTS * ROWS
+    tile: gl.constexpr = [ROWS, 64]  # int32 words of q's 16-bit [ROWS, 128] tile
+    maxima: gl.constexpr = [PAD * PARTS, ROWS]
+    if ROWS != 8:  # both live at once, as in the scorer (wgmma reads q's tile at every block)
+        a = gl.allocate_shared_memory(gl.int32, tile, smem, gl.zeros(tile, gl.int32, regs))
+        b = gl.allocate_shared_memory(gl.int32, maxima, smem, gl.zeros(maxima, gl.int32, regs))
+        held = gl.max(gl.max(a.load(regs), axis=1), axis=0) + gl.max(gl.max(b.load(regs), axis=1), axis=0)
+    else:
+        a = gl.allocate_shared_memory(
+            gl.int32,
+            tile if TILE >= MAXIMA else maxima,
+            smem,
+            gl.zeros(tile if TILE >= MAXIMA else maxima, gl.int32, regs),
+        )
+        held = gl.max(gl.max(a.load(regs), axis=1), axis=0)
+    return held
+
+
+@gluon.jit
 def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
     """The A operand [64, 128] in logical column order (``column_order.logical_columns``)
     from a half-block's raw elements (no data moves between threads: checked at compile
@@ -186,6 +213,7 @@ def msa_score_kernel_mma(
     STAGES: gl.constexpr,  # half-blocks in the ring (2 .. 2 PPP + 1): STAGES - 1 in flight
     BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
     TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
+    LOADS_ONLY: gl.constexpr = False,  # BULK: the bench's probe, the ring alone (block_ring.read_folded)
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
     ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
@@ -236,6 +264,21 @@ def msa_score_kernel_mma(
             for n in gl.static_range(STAGES - 1):
                 _copy_half(ring, n, STAGES, k_ptr, blocks)
                 async_copy.commit_group()
+        if LOADS_ONLY:  # the ring's copies, waits and read-back, nothing else
+            held = _hold_dynamic(PAD, PARTS, ROWS)
+            fold = gl.zeros([64, 8 * BYTES], gl.int32, layout=block_ring.runs_layout(BYTES))
+            for k in gl.static_range(2 * PPP):
+                late = late | block_ring.wait(k, STAGES)
+                fold = fold ^ block_ring.read_folded(k, STAGES, IS_FP8, TENSOR)
+                if k + STAGES - 1 < 2 * PPP:
+                    gl.thread_barrier()
+                    _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
+            page_ring.report(late, err_ptr)
+            # a store the compiler cannot drop, and no real width makes
+            gl.store(
+                out_ptr + gl.zeros_like(fold).to(gl.int64), fold.to(gl.float32), mask=fold == width - 0x5EED5EED + held
+            )
+            return
         # q in logical column order, its rows loaded whole (column_order.py). A row holding
         # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
         # NaN) and are stored as NaN either way, so its elements go in as they are.

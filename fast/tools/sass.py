@@ -94,6 +94,7 @@ def scorer_sass(
     pdl: bool = False,
     lines: bool = False,
     ring: int | None = None,
+    loads_only: bool = False,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -103,7 +104,8 @@ def scorer_sass(
     pdl: as the decodes launch it, with PDL and, wgmma, the prefetch before its wait;
     lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
     pages in its shared-memory ring, 0 for the register pipeline, or the MSA kernel's
-    half-blocks in its ring (``score_blocks``' stages); None the policy's)."""
+    half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
+    MSA kernel's probe of its ring (``score_blocks``' loads_only)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -114,13 +116,17 @@ def scorer_sass(
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
         signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or desc_ptr".split(), types + ["i64"]))
-        constexprs = common | {
-            "ROWS": rows,
-            "PPP": ppp,
-            "PARTS": mma_partials(rows, ppp),
-            "IS_FP8": kernel == "msa-fp8",
-            "RECORD": True,
-        }
+        constexprs = (
+            common
+            | {
+                "ROWS": rows,
+                "PPP": ppp,
+                "PARTS": mma_partials(rows, ppp),
+                "IS_FP8": kernel == "msa-fp8",
+                "RECORD": True,
+            }
+            | ({"LOADS_ONLY": True} if loads_only else {})
+        )
         dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
         ring_constants = mma_constants(dtype, rows, ppp, ring)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
