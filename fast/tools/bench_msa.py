@@ -68,11 +68,11 @@ def msa_scorer_section(
     rows = []
     for fmt in KEY_FORMATS:
         size = block_bytes(fmt)
-        need = max(b * c // PAGE for c in contexts for b in batches)
-        blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
-        cache = random_keys(blocks, fmt, device)
         grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
         grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
+        need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
+        blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
+        cache = random_keys(blocks, fmt, device)
         for batch, ctx, variant in grids:
             pages = ctx // PAGE
             per_set = batch * pages
