@@ -219,26 +219,33 @@ def wait(NTH: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
+def _slot_address(t, b, BYTES: gl.constexpr, SWIZZLED: gl.constexpr):
+    """[len(t), len(b)] shared addresses, within slot 0 of the ring, of byte ``b`` of token
+    ``t``'s row (128 elements of BYTES bytes): as a 1D copy lays the half-block, row after
+    row; SWIZZLED, as tensor copies lay it — byte b in box b // 128 (a box is 64 rows of 128
+    bytes), its 16-byte run j of row t at run j ^ (t % 8) (the 128-byte swizzle)."""
+    zero = t[:, None] * 0 + b[None, :] * 0
+    base = gl.inline_asm_elementwise(_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
+    if SWIZZLED:
+        swz = (t % 8)[:, None] * 16
+        if BYTES == 1:  # one box: b < 128
+            at = base + t[:, None] * 128 + (b[None, :] ^ swz)
+        else:
+            at = base + (b[None, :] // 128) * _BOX + t[:, None] * 128 + ((b[None, :] % 128) ^ swz)
+    else:
+        at = base + t[:, None] * (128 * BYTES) + b[None, :]
+    return at
+
+
+@gluon.jit
 def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr):
     """Half-block NTH's raw elements [64 tokens, 128] — E4M3 bytes as uint8 (IS_FP8), else
     BF16 bits as int16 — in ``layout``, whose threads hold runs of 16 bytes along a token's
     row, one 16-byte shared load a run; SWIZZLED: the slot as ``issue_tensor`` fills it,
     else as ``issue`` does. Not pure: the loads stay after the ``wait``."""
-    t = gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
+    BYTES: gl.constexpr = 1 if IS_FP8 else 2
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    zero = t[:, None] * 0 + d[None, :] * 0
-    base = gl.inline_asm_elementwise(_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
-    if SWIZZLED:
-        # a tensor copy's 128-byte swizzle: row t's 16-byte run j of a box lies at run j ^ (t % 8)
-        swz = (t % 8)[:, None] * 16
-        if IS_FP8:
-            at = base + t[:, None] * 128 + (d[None, :] ^ swz)
-        else:  # element d in box d // 64, at byte 2 (d % 64) of its row
-            at = base + (d[None, :] // 64) * _BOX + t[:, None] * 128 + (((d[None, :] % 64) * 2) ^ swz)
-    elif IS_FP8:
-        at = base + t[:, None] * 128 + d[None, :]
-    else:
-        at = base + (t[:, None] * 128 + d[None, :]) * 2
+    at = _slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), d * BYTES, BYTES, SWIZZLED)
     if IS_FP8:
         raw = gl.inline_asm_elementwise(
             _read_asm(NTH % STAGES, 1), _read_constraints(16), [at], dtype=gl.uint8, is_pure=False, pack=16
@@ -257,15 +264,8 @@ def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, S
     every load live at one register a run instead of the run's 16 elements."""
     BYTES: gl.constexpr = 1 if IS_FP8 else 2
     layout: gl.constexpr = runs_layout(BYTES)
-    t = gl.arange(0, 64, layout=gl.SliceLayout(1, layout))
     r = gl.arange(0, 8 * BYTES, layout=gl.SliceLayout(0, layout))
-    zero = t[:, None] * 0 + r[None, :] * 0
-    base = gl.inline_asm_elementwise(_BASE, "=r,r", [zero], dtype=gl.int32, is_pure=True, pack=1)
-    if SWIZZLED:  # run j of row t at j ^ (t % 8) within its box (read's addresses, 16 r for d)
-        swz = (t % 8)[:, None] * 16
-        at = base + (r[None, :] // 8) * _BOX + t[:, None] * 128 + (((r[None, :] % 8) * 16) ^ swz)
-    else:
-        at = base + t[:, None] * (128 * BYTES) + r[None, :] * 16
+    at = _slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), r * 16, BYTES, SWIZZLED)
     return gl.inline_asm_elementwise(
         _fold_asm(NTH % STAGES, BYTES), "=r,r", [at], dtype=gl.int32, is_pure=False, pack=1
     )
