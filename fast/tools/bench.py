@@ -76,6 +76,7 @@ from .timing import (
     random_tile,
     read_cell,
     same_bytes_read_GBps,
+    variant_cell,
 )
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
@@ -449,10 +450,9 @@ def print_report(report: dict, file=sys.stdout) -> None:
         file=file,
     )
     for r in report["scorer"]:
-        variant = " ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"
         print(
             f"{r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} {r['GBps']:>7.0f} "
-            f"{r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}  {variant}",
+            f"{r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}  {variant_cell(r)}",
             file=file,
         )
     print_msa(report, file)

@@ -16,7 +16,7 @@ from ..msa_cp import MsaDecodeCP
 from ..msa_scorer import KEY_FORMATS, gpu_kernel, score_blocks
 from ..msa_stock import MsaStockDecode
 from ..symm import SingleRankSymmetric
-from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell
+from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell, variant_cell
 
 # (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
 # and 1.
@@ -362,7 +362,7 @@ def print_msa(report: dict, file) -> None:
             print(
                 f"{r['format']:>6} {r['context']:>8} {r['batch']:>5} {r['hs']:>3} {r['slots']:>5} {r['us']:>9.1f} "
                 f"{r['GBps']:>7.0f} {r['of_read_ceiling']:>5.2f} {read_cell(r)} {read_cell(r, 'gathered_read')}  "
-                + (" ".join(f"{k}={v}" for k, v in r.get("variant", {}).items()) or "default"),
+                + variant_cell(r),
                 file=file,
             )
     if report.get("msa_feeds"):

@@ -162,6 +162,12 @@ def read_cell(row: dict, key: str = "same_bytes_read") -> str:
     return f"{row[key]:>5.2f}" if key in row else " " * 5
 
 
+def variant_cell(row: dict) -> str:
+    """A scorer row's ``variant`` (a dict of launch keywords) as the report's last column:
+    ``k=v`` pairs, or "default" for the policy's own launch."""
+    return " ".join(f"{k}={v}" for k, v in row.get("variant", {}).items()) or "default"
+
+
 # What nvidia-smi reports of the GPU as a bench section ends, and the report's names for it.
 GPU_STATE = {"clocks.sm": "sm_mhz", "clocks.max.sm": "max_sm_mhz", "temperature.gpu": "temp_c", "power.draw": "power_w"}
 
