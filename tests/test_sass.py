@@ -272,7 +272,8 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     mma.sync; 16, 32, 64: wgmma), as launched (its ring and register cap, the grid's
     largest programs), spills nothing, and moves every key byte once: where ``ring_feed``
     says bulk, one tensor copy a 64-token half-block's box (E4M3 one, BF16 two), one wait
-    each (taking no branch once landed), its ring's static shared memory and the dynamic
+    each (taking no branch once landed), the copies in flight at the first wait, its
+    ring's static shared memory and the dynamic
     buffers as ``max_stages`` counts them; else each thread its 32 or 64 bytes of each
     half-block's tokens by 16-byte cp.async copies, nothing more (the GPU tests hold its
     scores to the reference's)."""
@@ -307,6 +308,12 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
         assert dynamic == dynamic_bytes(rows, ppp), usage
         assert static == page_ring.BASE_STATIC + block_ring.ring_bytes(launch["STAGES"], dtype.itemsize), usage
         assert static + dynamic <= page_ring.SHARED_LIMIT, usage
+        # halves in flight while a program waits on its first: a ring of two issues the
+        # second half's copy before that wait (else one half alone would be in flight),
+        # deeper rings their STAGES - 1 of the prologue
+        stages = launch["STAGES"]
+        in_flight = stages if stages == 2 else stages - 1
+        assert text[: text.index("TRYWAIT")].count("UTMALDG") == in_flight * dtype.itemsize, launch
         cap = launch.get("maxnreg")
         assert cap is None or int(re.search(r"REG:(\d+)", usage).group(1)) <= cap, usage
     else:

@@ -149,6 +149,27 @@ def _issue_half(
 
 
 @gluon.jit
+def _refill(
+    k_ptr,
+    desc_ptr,
+    blocks,
+    k: gl.constexpr,
+    STAGES: gl.constexpr,
+    BYTES: gl.constexpr,
+    TENSOR: gl.constexpr,
+    HALVES: gl.constexpr,
+    BARRIER: gl.constexpr,
+):
+    """The bulk ring's step k: the copy of half-block k + STAGES - 1 (where the program's
+    HALVES have one) into the slot half k - 1 used, after a barrier where BARRIER (every
+    thread has read that slot; at k = 0 the slot is fresh)."""
+    if k + STAGES - 1 < HALVES:
+        if BARRIER:
+            gl.thread_barrier()
+        _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
+
+
+@gluon.jit
 def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
     """LOADS_ONLY: take the dynamic shared memory the scoring path's q tile and maxima
     take (``msa_scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
@@ -251,6 +272,11 @@ def msa_score_kernel_mma(
         blocks = gl.where(readable & (ids >= 0) & (ids < num_blocks), ids, 0)
         # the first half-blocks go out before q is gathered
         BYTES: gl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
+        # Two slots: half k + 1's copy goes out before half k's wait, not after it — else a
+        # program waiting on k has nothing else in flight. From three slots it goes out
+        # after k's read, as the early order measured level or slower there
+        # (fast/tools/PERF.md).
+        EARLY: gl.constexpr = BULK and STAGES == 2
         if BULK:
             block_ring.declare(STAGES, BYTES)
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
@@ -267,12 +293,13 @@ def msa_score_kernel_mma(
         if LOADS_ONLY:  # the ring's copies, waits and read-back, nothing else
             held = _hold_dynamic(PAD, PARTS, ROWS)
             fold = gl.zeros([64, 8 * BYTES], gl.int32, layout=block_ring.runs_layout(BYTES))
-            for k in gl.static_range(2 * PPP):
+            for k in gl.static_range(2 * PPP):  # the scorer's order of copies, waits and reads
+                if EARLY:
+                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, k > 0)
                 late = late | block_ring.wait(k, STAGES)
                 fold = fold ^ block_ring.read_folded(k, STAGES, IS_FP8, TENSOR)
-                if k + STAGES - 1 < 2 * PPP:
-                    gl.thread_barrier()
-                    _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
+                if not EARLY:
+                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
             page_ring.report(late, err_ptr)
             # a store the compiler cannot drop, and no real width makes
             gl.store(
@@ -291,25 +318,25 @@ def msa_score_kernel_mma(
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
         # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
-        # as k is read, into the slot of half k - 1. Bulk: after a barrier (every thread has
-        # read that slot). cp.async: every step commits a group, empty past the program's
-        # last half, so "STAGES - 2 groups pending" always means half k has landed.
+        # into the slot of half k - 1 as k is read (bulk: after a barrier, every thread has
+        # read that slot; EARLY: before k's wait). cp.async: every step commits a group,
+        # empty past the program's last half, so "STAGES - 2 groups pending" always means
+        # half k has landed.
         for k in gl.static_range(2 * PPP):
             if BULK:
+                if EARLY:
+                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, k > 0)
                 late = late | block_ring.wait(k, STAGES)
                 raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8, TENSOR)
+                if not EARLY:
+                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
             else:
                 async_copy.wait_group(STAGES - 2)
                 raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
-            # a compile-time test: kept inline, as a name assigned in the loop would be a
-            # run-time value, and a cp.async under a run-time branch fails Triton's lowering
-            if k + STAGES - 1 < 2 * PPP:
-                if BULK:
-                    gl.thread_barrier()
-                    _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
-                else:
+                # a compile-time test: kept inline, as a name assigned in the loop would be a
+                # run-time value, and a cp.async under a run-time branch fails Triton's lowering
+                if k + STAGES - 1 < 2 * PPP:
                     _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
-            if not BULK:
                 async_copy.commit_group()
             # its MMA; the token mask where some scored row sees only part of the block
             g = (first + k // 2) * stride + offset
