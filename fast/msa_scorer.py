@@ -1,9 +1,10 @@
 """``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device.
 
 Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: the keys
-through a shared-memory ring, each thread's fragment widened in registers; GPUs, E4M3 keys
-by default, BF16 at N 32) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``: the
-interpreter's, and the GPUs' for BF16 keys elsewhere). ``gpu_kernel`` says which a GPU runs.
+through a shared-memory ring, each thread's fragment widened in registers; the GPUs' by
+default, but for BF16 keys at N 64) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``:
+the interpreter's, and the GPUs' for BF16 keys at N 64). ``gpu_kernel`` says which a GPU
+runs.
 """
 
 from __future__ import annotations
@@ -38,19 +39,21 @@ NUM_WARPS = 4
 
 def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
     """The kernel a GPU runs at N = ``rows`` (``mma_rows`` of the rows scored): the mma
-    kernel for E4M3 keys; for BF16 (no conversion to hide) the dot kernel measured faster
-    at every batch >= 8 but at N 32, where the mma kernel's ring of bulk copies fits (two
-    slots, ``ring_feed``) and measured up to 0.014 of the ceiling faster (fast/tools/PERF.md)."""
-    return "mma" if dtype == torch.float8_e4m3fn or rows == 32 else "dot"
+    kernel for E4M3 keys, and for BF16 up to N 32, where its bulk ring of two slots fits
+    (``ring_feed``) and, since a ring of two issues each copy before the previous wait,
+    measured faster than the dot kernel at every grid (fast/tools/PERF.md). BF16 at N 64
+    (no bulk ring fits beside its q tile) keeps the dot kernel."""
+    return "mma" if dtype == torch.float8_e4m3fn or rows <= 32 else "dot"
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight
 # (measured choices: fast/tools/PERF.md). It is filled by bulk copies where it fits the
 # static shared memory beside the kernel's own buffers (``max_stages``), else by every
-# thread's cp.async copies in dynamic memory (``ring_feed``). From N 32 the bulk ring takes
-# one slot fewer (WIDE_RING_STAGES): a fourth E4M3 slot beside the larger q tile and maxima
-# leaves room for 4 programs an SM, not 5, and two BF16 slots are all that fit.
-RING_STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 4}
+# thread's cp.async copies in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring
+# takes one slot fewer (WIDE_RING_STAGES): a fourth slot beside the larger q tile and maxima
+# leaves room for 4 programs an SM, not 5. BF16 takes two slots at every N: a third 16 KB
+# slot passes the static shared memory's 48 KB.
+RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 4}
 WIDE_RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 3}
 # The mma kernel's register cap with E4M3 keys in the bulk ring up to N 16: six programs
 # an SM by registers, as many as its shared memory allows at N 8 (ptxas alone takes 88-106:
