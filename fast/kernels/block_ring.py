@@ -31,8 +31,10 @@ Protocol (a kernel that unrolls its half-blocks; ring slot ``n % STAGES`` holds 
 n): ``declare`` once per program, then a CTA barrier; ``issue`` (or ``issue_tensor``)
 half-blocks 0 .. STAGES - 2 before the loop; at half-block k ``wait``, ``read`` (SWIZZLED
 as the copies were), and (k + STAGES - 1 exists) a CTA barrier — every thread has read
-half-block k - 1, whose slot that copy overwrites — then issue it. Every issued half-block
-is waited for, so none is in flight when the program ends. The barrier measured no slower
+half-block k - 1, whose slot that copy overwrites — then issue it. A ring of two slots
+issues that copy (half k + 1) before k's wait instead, after the barrier (none at k = 0: the
+slot is fresh), so that a waiting program has two half-blocks in flight, not one. Every
+issued half-block is waited for, so none is in flight when the program ends. The barrier measured no slower
 than a second mbarrier a slot on which the readers arrive and the issuing thread waits
 (fast/tools/PERF.md).
 """
