@@ -276,14 +276,23 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     ring's static shared memory and the dynamic
     buffers as ``max_stages`` counts them; else each thread its 32 or 64 bytes of each
     half-block's tokens by 16-byte cp.async copies, nothing more (the GPU tests hold its
-    scores to the reference's)."""
+    scores to the reference's). Its budget by part (``--parts``) accounts for every
+    instruction."""
     dump = tmp_path / "msa.sass"
     cmd = ["-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
-    cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump)]
+    cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump), "--parts"]
     done = _compile_only(*cmd)
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    # the budget by part: every instruction attributed (none "other"); E4M3 widened two
+    # elements an instruction (64 a thread and half-block), BF16 taken as it lies
+    parts = {k: float(v) for k, v in re.findall(r"^  (\w+) +([\d.]+) +[\d.]+", done.stdout, flags=re.M)}
+    assert set(parts) == {"ring", "convert", "MMA", "mask", "maximum", "setup", "loop", "epilogue", "other", "total"}
+    assert parts["other"] == 0 and parts["MMA"] >= 8 and parts["mask"] > 0 and parts["ring"] > 0, done.stdout
+    assert (parts["convert"] >= 32) if key_format == "fp8" else (parts["convert"] == 0), done.stdout
+    kept = sum(v for k, v in parts.items() if k not in ("total", "mask"))
+    assert abs(parts["total"] - kept) < 0.5, done.stdout
     import torch
 
     from fast.kernels import block_ring, page_ring

@@ -3,7 +3,9 @@
 format's mma kernel as ``score_blocks`` launches it) for sm_90 on any machine (the Triton
 wheel carries ptxas and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
-device time. ``--dump FILE`` writes the whole SASS. ``--kernels``: compile the decode's
+device time. ``--parts``: the scorer's instructions by part against the read ceiling's
+budget (a page of the wgmma kernel, a half-block of the MSA one). ``--dump FILE`` writes
+the whole SASS. ``--kernels``: compile the decode's
 other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
 merge, ...) — the interpreter runs Python, so a kernel it accepts can still fail Triton's
 compiler (a name bound only inside a runtime ``if``, say).
@@ -24,6 +26,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
+
+from indexer_constants import HEAD_DIM, PAGE_BYTES
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
@@ -580,6 +584,98 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
     return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
 
 
+# The MSA mma scorer's parts (the MSA budget of fast/tools/PERF.md), by the same line info:
+# its ring (the half-blocks' copies, waits and read-back: block_ring.py, page_ring.py and
+# the kernel's copy helpers), the conversion of a half-block's raw elements to the MMA's
+# operand, the MMAs (by opcode), the token mask (on a request's last blocks only), the
+# block maxima, and once a program its setup (the ids, q's tile) and epilogue (the maxima's
+# reduction, the stores). Its half-blocks are unrolled: the listing is the whole program.
+_MSA_FUNCTION_PART = {
+    "_copy_half": "ring",
+    "_column_block": "ring",
+    "_half_block": "ring",
+    "_half_row": "ring",
+    "_issue_half": "ring",
+    "_refill": "ring",
+    "_fragment": "convert",
+    "_operand": "convert",
+    "_is_nan": "setup",
+}
+MSA_PARTS = ("ring", "convert", "MMA", "mask", "maximum", "setup", "loop", "epilogue", "other")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+@functools.cache
+def _msa_line_parts() -> dict[str, dict[int, str]]:
+    """Module file name -> (line number -> part) for the MSA mma scorer's own module and
+    the kernel modules it calls (parsed once)."""
+    from ..kernels import column_order, msa_scorer_mma
+
+    text, functions = _module_functions(msa_scorer_mma)
+    own: dict[int, str] = {}
+    for name, lines in functions:
+        if name != "msa_score_kernel_mma":
+            own.update((i, _MSA_FUNCTION_PART.get(name, "other")) for i in lines)
+            continue
+        # the scoring loop is the kernel's last half-block loop (the probe's comes first);
+        # it ends at the first line indented no deeper than its ``for``
+        loops = [i for i in lines if text[i - 1].strip().startswith("for k in gl.static_range(2 * PPP)")]
+        start = loops[-1]
+        depth = _indent(text[start - 1])
+        end = next(i for i in lines if i > start and text[i - 1].strip() and _indent(text[i - 1]) <= depth)
+        own.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
+        # the mask: its block's id (g) and its branch's body
+        for i in range(start, end):
+            code = text[i - 1].strip()
+            if code.startswith("g = "):
+                own[i] = "mask"
+            elif code.startswith("if (g + 1)"):
+                j = i + 1
+                while j < end and (not text[j - 1].strip() or _indent(text[j - 1]) > _indent(text[i - 1])):
+                    own[j] = "mask"
+                    j += 1
+                own[i] = "mask"
+    _, order = _module_functions(column_order)
+    return {
+        "kernels/msa_scorer_mma.py": own,
+        "kernels/page_maxima.py": _maxima_line_parts(),
+        "kernels/column_order.py": {
+            i: "convert" if name == "logical_columns" else "setup" for name, lines in order for i in lines
+        },
+    }
+
+
+def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
+    """Part (``MSA_PARTS``) -> instructions of the MSA mma scorer's listing (with line
+    info); alu: only those of ``ALU_OPS``. A line of Triton's library (a reduction's
+    combine) takes the part of the kernel line before it."""
+    by_file = _msa_line_parts()
+    counts: collections.Counter = collections.Counter()
+    part = "other"
+    for line in sass.splitlines():
+        if m := _FILE_LINE.search(line):
+            path, number = m.group(1), int(m.group(2))
+            module = next((name for name in by_file if path.endswith(name)), None)
+            if module is not None:
+                part = by_file[module].get(number, "other")
+            elif path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
+                part = "ring"
+            elif "/triton/language/" not in path:
+                part = "other"
+        elif (op := _OP.match(line)) and (not alu or op.group(1) in ALU_OPS):
+            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
+    return counts
+
+
+def msa_half_block_budget(element_bytes: int) -> int:
+    """Instructions a thread may issue per 64-token half-block at the read ceiling: the
+    NVFP4 page's ISSUE_BUDGET scaled by the half-block's bytes (8 KB E4M3, 16 KB BF16)."""
+    return ISSUE_BUDGET * 64 * HEAD_DIM * element_bytes // PAGE_BYTES
+
+
 _INSTRUCTION = re.compile(_LINE + r"([A-Z][A-Z0-9_.]*)\s*([^;]*);")  # opcode with modifiers, operands
 _REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
 
@@ -642,7 +738,11 @@ def main(argv=None) -> int:
         "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
     )
     parser.add_argument("--dump", help="write the SASS here")
-    parser.add_argument("--parts", action="store_true", help="wgmma: instructions a page by part, against the budget")
+    parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="wgmma: instructions a page by part, msa: a half-block, against the budget",
+    )
     parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
     parser.add_argument(
         "--load-use",
@@ -691,6 +791,20 @@ def main(argv=None) -> int:
                 f"  {'total':<9} {total:6.0f} {total_alu:6.0f}  = {total / ISSUE_BUDGET:.2f} of the issue budget"
                 f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
             )
+    if args.kernel.startswith("msa-") and args.parts:
+        halves = 2 * (args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs)))
+        every, alu = msa_source_parts(sass), msa_source_parts(sass, alu=True)
+        budget = msa_half_block_budget(1 if args.kernel == "msa-fp8" else 2)
+        print(f"per half-block and thread, a program of {halves} half-blocks: all instructions, and the ALU pipe's")
+        for part in MSA_PARTS:
+            note = "  (every half-block's branch; taken on a request's last blocks only)" if part == "mask" else ""
+            print(f"  {part:<9} {every[part] / halves:6.1f} {alu[part] / halves:6.1f}{note}")
+        total = (sum(every.values()) - every["mask"]) / halves
+        total_alu = (sum(alu.values()) - alu["mask"]) / halves
+        print(
+            f"  {'total':<9} {total:6.1f} {total_alu:6.1f}  = {total / budget:.2f} of the issue budget ({budget}),"
+            f" {total_alu / (budget // 2):.2f} of the ALU's ({budget // 2}) at the read ceiling, the mask aside"
+        )
     if args.load_use:
         by_op = collections.defaultdict(list)
         for op, distance in load_use_distances(sass):
