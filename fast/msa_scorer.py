@@ -60,7 +60,8 @@ WIDE_RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 3}
 # The mma kernel's register cap with E4M3 keys in the bulk ring up to N 16: six programs
 # an SM by registers, as many as its shared memory allows at N 8 (ptxas alone takes 88-106:
 # five). Elsewhere ptxas's choice: at N 32 shared memory allows five programs either way,
-# at N 64 the cap spills, and BF16 capped lost up to 0.05 at N 32 (fast/tools/PERF.md).
+# at N 64 the cap spills, and BF16 capped lost up to 0.05 at N 32 (fast/tools/PERF.md; at
+# N 8 / 16 BF16 runs uncapped, unmeasured capped).
 BULK_FP8_MAX_REGISTERS = 80
 
 

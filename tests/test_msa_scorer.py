@@ -166,8 +166,8 @@ def test_bad_arguments_name_themselves(change, match):
 def test_the_rings_feed_fits_its_shared_memory():
     """``ring_feed``: every depth the policy picks fits a program's 2 ppp half-blocks; a
     bulk ring fits the static shared memory beside the kernel's dynamic buffers (a larger
-    one fails at launch), and the cp.async ring is what is left where none fits; E4M3 goes
-    bulk at every N up to 32 (the bench's shapes), BF16 at N 32 only (two 16 KB slots)."""
+    one fails at launch), and the cp.async ring is what is left where none fits; both
+    formats go bulk at every N up to 32 (the bench's shapes; BF16 on two 16 KB slots)."""
     from fast.kernels.scorer_wgmma import long_row_pages
     from fast.msa_scorer import dynamic_bytes, max_stages, ring_feed
 
@@ -179,8 +179,8 @@ def test_the_rings_feed_fits_its_shared_memory():
                 static = page_ring.BASE_STATIC + block_ring.ring_bytes(stages, dtype.itemsize)
                 fits = static + dynamic_bytes(rows, ppp) <= page_ring.SHARED_LIMIT
                 assert bulk == fits == (stages <= max_stages(dtype, rows, ppp)), (dtype, rows, ppp)
-                if dtype == torch.float8_e4m3fn and rows <= 32 and ppp <= long_row_pages(rows):
-                    assert bulk, (rows, ppp)  # at every program size the launch picks
+                if rows <= 32 and ppp <= long_row_pages(rows):
+                    assert bulk, (dtype, rows, ppp)  # at every program size the launch picks
                 for asked in range(2, 9):  # a depth the caller asks for: bulk where it fits
                     depth = min(asked, 2 * ppp + 1)
                     assert ring_feed(dtype, rows, ppp, asked) == (depth, depth <= max_stages(dtype, rows, ppp))
