@@ -459,7 +459,8 @@ def test_msa_sections_run_check_and_print(capsys):
         dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16, hot_grid=(1, 384)
     )
     # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
-    # then on a GPU the ring's probe for each shape the mma kernel scores
+    # the dot kernel's (cold), then on a GPU the ring's probe for each shape the mma kernel
+    # scores
     from fast.kernels.scorer_wgmma import mma_rows
     from fast.msa_scorer import KEY_FORMATS, gpu_kernel
 
@@ -467,6 +468,7 @@ def test_msa_sections_run_check_and_print(capsys):
     for f in ("bf16", "fp8"):
         want += [(f, 2, 256, hs, slots, None) for hs, slots in bench_msa.MSA_SHAPES]
         want += [(f, 1, 384, hs, slots, {"hot": True}) for hs, slots in bench_msa.MSA_SHAPES]
+        want += [(f, 1, 384, hs, slots, {"kernel": "dot"}) for hs, slots in bench_msa.MSA_SHAPES]
         want += [
             (f, 1, 384, hs, slots, {"loads_only": True})
             for hs, slots in bench_msa.MSA_SHAPES
@@ -478,7 +480,7 @@ def test_msa_sections_run_check_and_print(capsys):
     bench_msa.print_msa({"msa_scorer": rows}, sys.stdout)
     printed = capsys.readouterr().out
     assert printed.count("  hot=True\n") == 8 and printed.count("  default\n") == 8
-    assert printed.count("  loads_only=True\n") == len(want) - 16
+    assert printed.count("  kernel=dot\n") == 8 and printed.count("  loads_only=True\n") == len(want) - 24
     # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
     stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)

@@ -59,7 +59,9 @@ def msa_scorer_section(
     """One row per (format, context, batch, shape): median µs of ``score_blocks`` over cold
     block sets (together more than ``flush_bytes``), read GB/s and the fraction of the
     ceiling; then, per format and shape, a ``hot`` row at ``hot_grid`` (batch, context;
-    ``variant``: the same call on HOT_BLOCKS blocks that L2 holds) and, on GPUs, a
+    ``variant``: the same call on HOT_BLOCKS blocks that L2 holds), a ``kernel=dot`` row
+    there (cold: the interpreter's ``tl.dot`` kernel beside the mma kernel a GPU picks,
+    ``gpu_kernel``: the bench's own evidence for that choice) and, on GPUs, a
     ``loads_only`` row there for each shape the mma kernel scores (cold: its ring's copies,
     waits and read-back alone, ``score_blocks``' probe). A hot row far above its cold one
     says memory bounds the cold call; one near it, the kernel's own work; the loads-only row
@@ -69,6 +71,7 @@ def msa_scorer_section(
     for fmt in KEY_FORMATS:
         size = block_bytes(fmt)
         grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
+        grids += [(*hot_grid, {"kernel": "dot"})]
         grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
         need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
         blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
@@ -82,17 +85,19 @@ def msa_scorer_section(
                 sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
                 tables = disjoint_tables(batch, pages, sets, gen, device)
             lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-            probe = {"kernel": "mma", "loads_only": True} if variant.get("loads_only") else {}
+            launch = {"kernel": variant["kernel"]} if "kernel" in variant else {}  # score_blocks' options
+            if variant.get("loads_only"):
+                launch = {"kernel": "mma", "loads_only": True}
             for hs, slots in MSA_SHAPES:
-                if probe and gpu_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
+                if launch.get("loads_only") and gpu_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
                     continue
                 tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
                 out = torch.empty(batch, SLOTS * hs, pages, device=device)
 
                 def call(
-                    i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, probe=probe
+                    i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, kw=launch
                 ):
-                    score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **probe)
+                    score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw)
 
                 us = timer(call, len(tables))
                 gbps = per_set * size / us / 1e3
