@@ -775,7 +775,7 @@ def main(argv=None) -> int:
     if loop:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
-    pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))  # the wgmma kernel's
+    pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))  # both Gluon kernels'
     if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(
@@ -792,7 +792,7 @@ def main(argv=None) -> int:
                 f" ({ISSUE_BUDGET}), {total_alu / ALU_BUDGET:.2f} of the ALU's ({ALU_BUDGET}) at the read ceiling"
             )
     if args.kernel.startswith("msa-") and args.parts:
-        halves = 2 * (args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs)))
+        halves = 2 * pages
         every, alu = msa_source_parts(sass), msa_source_parts(sass, alu=True)
         budget = msa_half_block_budget(1 if args.kernel == "msa-fp8" else 2)
         print(f"per half-block and thread, a program of {halves} half-blocks: all instructions, and the ALU pipe's")
