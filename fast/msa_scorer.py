@@ -48,7 +48,7 @@ def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight as
-# a program waits (two in a ring of two: ``msa_scorer_mma``'s EARLY; measured choices:
+# a program waits (two in a ring of two: ``msa_scorer_mma._refill``; measured choices:
 # fast/tools/PERF.md). It is filled by bulk copies where it fits the
 # static shared memory beside the kernel's own buffers (``max_stages``), else by every
 # thread's cp.async copies in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring

@@ -158,13 +158,17 @@ def _refill(
     BYTES: gl.constexpr,
     TENSOR: gl.constexpr,
     HALVES: gl.constexpr,
-    BARRIER: gl.constexpr,
+    BEFORE_WAIT: gl.constexpr,
 ):
-    """The bulk ring's step k: the copy of half-block k + STAGES - 1 (where the program's
-    HALVES have one) into the slot half k - 1 used, after a barrier where BARRIER (every
-    thread has read that slot; at k = 0 the slot is fresh)."""
-    if k + STAGES - 1 < HALVES:
-        if BARRIER:
+    """The bulk ring's copy at step k, called before half-block k's wait and after its read
+    (BEFORE_WAIT says which): half k + STAGES - 1 (where the program's HALVES have one) into
+    the slot half k - 1 used, after a barrier (every thread has read that slot). It goes out
+    at one of the two calls. Two slots: before the wait — else a program waiting on k has
+    nothing else in flight — and at k = 0 without the barrier (the slot is fresh). From
+    three slots: after the read, as the early order measured level or slower there
+    (fast/tools/PERF.md)."""
+    if BEFORE_WAIT == (STAGES == 2) and k + STAGES - 1 < HALVES:
+        if k > 0 or not BEFORE_WAIT:
             gl.thread_barrier()
         _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
 
@@ -272,11 +276,6 @@ def msa_score_kernel_mma(
         blocks = gl.where(readable & (ids >= 0) & (ids < num_blocks), ids, 0)
         # the first half-blocks go out before q is gathered
         BYTES: gl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
-        # Two slots: half k + 1's copy goes out before half k's wait, not after it — else a
-        # program waiting on k has nothing else in flight. From three slots it goes out
-        # after k's read, as the early order measured level or slower there
-        # (fast/tools/PERF.md).
-        EARLY: gl.constexpr = BULK and STAGES == 2
         if BULK:
             block_ring.declare(STAGES, BYTES)
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
@@ -294,12 +293,10 @@ def msa_score_kernel_mma(
             held = _hold_dynamic(PAD, PARTS, ROWS)
             fold = gl.zeros([64, 8 * BYTES], gl.int32, layout=block_ring.runs_layout(BYTES))
             for k in gl.static_range(2 * PPP):  # the scorer's order of copies, waits and reads
-                if EARLY:
-                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, k > 0)
+                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
                 late = late | block_ring.wait(k, STAGES)
                 fold = fold ^ block_ring.read_folded(k, STAGES, IS_FP8, TENSOR)
-                if not EARLY:
-                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
+                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
             page_ring.report(late, err_ptr)
             # a store the compiler cannot drop, and no real width makes
             gl.store(
@@ -318,18 +315,16 @@ def msa_score_kernel_mma(
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
         # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
-        # into the slot of half k - 1 as k is read (bulk: after a barrier, every thread has
-        # read that slot; EARLY: before k's wait). cp.async: every step commits a group,
+        # into the slot of half k - 1 as k is read (bulk: ``_refill``, before k's wait in a
+        # ring of two slots). cp.async: every step commits a group,
         # empty past the program's last half, so "STAGES - 2 groups pending" always means
         # half k has landed.
         for k in gl.static_range(2 * PPP):
             if BULK:
-                if EARLY:
-                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, k > 0)
+                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
                 late = late | block_ring.wait(k, STAGES)
                 raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8, TENSOR)
-                if not EARLY:
-                    _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
+                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
             else:
                 async_copy.wait_group(STAGES - 2)
                 raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
