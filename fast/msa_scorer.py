@@ -42,16 +42,16 @@ def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
     kernel for E4M3 keys, and for BF16 up to N 32, where its bulk ring of two slots fits
     (``ring_feed``) and, since a ring of two issues each copy before the wait for the
     half-block ahead of it, measured faster than the dot kernel at every grid
-    (fast/tools/PERF.md). BF16 at N 64
-    (no bulk ring fits beside its q tile) keeps the dot kernel."""
+    (fast/tools/PERF.md). BF16 at N 64 (no bulk ring fits beside its q tile) keeps the dot
+    kernel."""
     return "mma" if dtype == torch.float8_e4m3fn or rows <= 32 else "dot"
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight as
 # a program waits (two in a ring of two: ``msa_scorer_mma._refill``; measured choices:
-# fast/tools/PERF.md). It is filled by bulk copies where it fits the
-# static shared memory beside the kernel's own buffers (``max_stages``), else by every
-# thread's cp.async copies in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring
+# fast/tools/PERF.md). It is filled by bulk copies where it fits the static shared memory
+# beside the kernel's own buffers (``max_stages``), else by every thread's cp.async copies
+# in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring
 # takes one slot fewer (WIDE_RING_STAGES): a fourth slot beside the larger q tile and maxima
 # leaves room for 4 programs an SM, not 5. BF16 takes two slots at every N: a third 16 KB
 # slot passes the static shared memory's 48 KB.

@@ -190,12 +190,8 @@ def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
         b = gl.allocate_shared_memory(gl.int32, maxima, smem, gl.zeros(maxima, gl.int32, regs))
         held = gl.max(gl.max(a.load(regs), axis=1), axis=0) + gl.max(gl.max(b.load(regs), axis=1), axis=0)
     else:
-        a = gl.allocate_shared_memory(
-            gl.int32,
-            tile if TILE >= MAXIMA else maxima,
-            smem,
-            gl.zeros(tile if TILE >= MAXIMA else maxima, gl.int32, regs),
-        )
+        larger: gl.constexpr = tile if TILE >= MAXIMA else maxima
+        a = gl.allocate_shared_memory(gl.int32, larger, smem, gl.zeros(larger, gl.int32, regs))
         held = gl.max(gl.max(a.load(regs), axis=1), axis=0)
     return held
 
