@@ -85,9 +85,9 @@ def msa_scorer_section(
                 sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
                 tables = disjoint_tables(batch, pages, sets, gen, device)
             lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-            launch = {"kernel": variant["kernel"]} if "kernel" in variant else {}  # score_blocks' options
-            if variant.get("loads_only"):
-                launch = {"kernel": "mma", "loads_only": True}
+            launch = {k: v for k, v in variant.items() if k != "hot"}  # score_blocks' keywords (hot: the tables)
+            if launch.get("loads_only"):
+                launch["kernel"] = "mma"  # the probe is the mma kernel's
             for hs, slots in MSA_SHAPES:
                 if launch.get("loads_only") and gpu_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
                     continue
