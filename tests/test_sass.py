@@ -361,7 +361,14 @@ print(json.dumps(out))
 
 
 @pytest.mark.parametrize(
-    "key_format, hs, first_slot", [("fp8", 1, 0), ("fp8", 4, 7), ("fp8", 4, 4), ("fp8", 4, 0), ("bf16", 4, 0)]
+    "key_format, hs, first_slot",
+    [("fp8", 1, 0), ("fp8", 4, 7), ("fp8", 4, 4), ("fp8", 4, 0), ("bf16", 4, 7), ("bf16", 4, 4), ("bf16", 4, 0)]
+    + [
+        # BF16 at Hs 1 (since its N 8 took the mma kernel): ptxas gives the probe 126
+        # registers against the scorer's 92, 4 programs an SM against 5 — its bench row
+        # probes a ring with fewer programs than the scorer's. Known; strict, so a fix shows.
+        pytest.param("bf16", 1, 0, marks=pytest.mark.xfail(strict=True, reason="probe: 4 programs an SM, scorer 5"))
+    ],
 )
 def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     """``score_blocks(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
