@@ -138,12 +138,12 @@ def _read_constraints(pack):
 
 @constexpr_function
 def _fold_asm(slot, element_bytes):
-    """``_read_asm``'s 16 bytes at the thread's offset $1, folded to one word $0 (the xor of
-    its four)."""
+    """``_read_asm``'s 16 bytes at the thread's offset $1, their four words xored into the
+    running fold $2, giving $0."""
     return (
         "{\n.reg .b32 a, b, c, d;\n"
         f"ld.shared.v4.b32 {{a, b, c, d}}, [$1+{slot * slot_bytes(element_bytes)}];\n"
-        "xor.b32 a, a, b;\nxor.b32 c, c, d;\nxor.b32 $0, a, c;\n}"
+        "xor.b32 a, a, b;\nxor.b32 c, c, d;\nxor.b32 a, a, c;\nxor.b32 $0, a, $2;\n}"
     )
 
 
@@ -260,14 +260,18 @@ def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: 
 
 
 @gluon.jit
-def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr):
+def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr, fold):
     """``read``'s loads, each 16-byte run folded to one int32 in PTX (``runs_layout``): the
     bench's probe of the ring alone (``score_blocks(..., loads_only=True)``), which keeps
-    every load live at one register a run instead of the run's 16 elements."""
+    every load live at one register a run instead of the run's 16 elements. Each run is
+    xored into ``fold`` (int32, ``runs_layout``: the runs folded so far) inside the same
+    asm: folded outside it, the compiler regrouped the chain of xors into a tree over the
+    program's half-blocks and held each one's words to the end (at BF16 N 8, more
+    registers than the scorer it probes)."""
     BYTES: gl.constexpr = 1 if IS_FP8 else 2
     layout: gl.constexpr = runs_layout(BYTES)
     r = gl.arange(0, 8 * BYTES, layout=gl.SliceLayout(0, layout))
     at = _slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), r * 16, BYTES, SWIZZLED)
     return gl.inline_asm_elementwise(
-        _fold_asm(NTH % STAGES, BYTES), "=r,r", [at], dtype=gl.int32, is_pure=False, pack=1
+        _fold_asm(NTH % STAGES, BYTES), "=r,r,r", [at, fold], dtype=gl.int32, is_pure=False, pack=1
     )

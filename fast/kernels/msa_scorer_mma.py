@@ -177,7 +177,8 @@ def _refill(
 def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
     """LOADS_ONLY: take the dynamic shared memory the scoring path's q tile and maxima
     take (``msa_scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
-    lets share), so that the probe shares an SM with as many programs as the scorer does.
+    lets share), so that the probe shares an SM with as many programs as the scorer's
+    shared memory allows (the scorer's own count but where its registers bound it lower).
     Returns 0, read back from every buffer: unread, the compiler drops them."""
     smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     regs: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
@@ -291,7 +292,7 @@ def msa_score_kernel_mma(
             for k in gl.static_range(2 * PPP):  # the scorer's order of copies, waits and reads
                 _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
                 late = late | block_ring.wait(k, STAGES)
-                fold = fold ^ block_ring.read_folded(k, STAGES, IS_FP8, TENSOR)
+                fold = block_ring.read_folded(k, STAGES, IS_FP8, TENSOR, fold)
                 _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
             page_ring.report(late, err_ptr)
             # a store the compiler cannot drop, and no real width makes
