@@ -21,7 +21,7 @@ for s in "$@"; do
     info) stage info 60 "nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.device_count())'" ;;
     dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_scorer.py" ;;
     test) stage test 900 "make test" ;;
-    test-units) stage test-units 500 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
+    test-units) stage test-units 580 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_scorer.py tests/test_gpu_graphs.py tests/test_scorer.py tests/test_select_levels.py tests/test_warp_select.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_bad_inputs.py tests/test_guards.py" ;;
     msa) stage msa 400 "python3 -m pytest -q -n 4 tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_reference.py tests/test_stock_decode.py tests/test_bench.py -p no:cacheprovider" ;;
     msa-cp) stage msa-cp 240 "python3 -m pytest -q -n 4 tests/test_msa_cp_one_rank.py tests/test_cp_fallback.py tests/test_sass.py tests/test_bench.py tests/test_cp_one_rank.py tests/test_gpu_graphs.py tests/test_msa_stock.py tests/test_bad_inputs.py -p no:cacheprovider" ;;
