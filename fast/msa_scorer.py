@@ -177,8 +177,8 @@ def score_blocks(
     ring by 1D bulk copies instead of tensor copies (what a CUDA graph captured before
     the cache's first call runs: ``tensor_map.cached``); loads_only: the bench's probe of
     the mma kernel's bulk ring alone — the same grid, copies, waits and shared-memory
-    reads, as much shared memory, no q, MMA or maxima, nothing written to ``out``; tests
-    and the bench's variants set them.
+    reads, as much shared memory (so as many programs an SM as it allows), no q, MMA or
+    maxima, nothing written to ``out``; tests and the bench's variants set them.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     check_keys("k_cache", k_cache)
