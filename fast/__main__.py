@@ -1,3 +1,5 @@
+"""``python -m fast``: the demo, the bench and the launcher (``fast.tools.cli``)."""
+
 import sys
 
 from .tools.cli import main

@@ -84,6 +84,8 @@ def plan_inputs(block_table, seq_lens, max_reqs: int, device: torch.device) -> i
 
 
 def table_not_wider(width: int, planned: int) -> None:
+    """ValueError unless a plan's compact width ``width`` fits the ``planned`` width that
+    the state's first plan fixed (its buffers and select shape are that wide)."""
     if width > planned:
         raise ValueError(f"block_table: {width} pages is wider than the {planned} fixed by the first plan")
 

@@ -26,17 +26,26 @@ class Decode(Protocol):
     local_heads: int  # the heads of index_q and out in forward
     query_dtype: torch.dtype  # index_q's dtype in forward
 
-    def new_layer(self): ...
+    def new_layer(self):
+        """A layer's own buffers (collective where the decode has peers); kept alive as long
+        as any graph captured over it."""
 
-    def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor): ...
+    def plan(self, block_table: torch.Tensor, seq_lens: torch.Tensor):
+        """The step's plan from block_table int32 [B, P] and seq_lens int32 [B]: eager,
+        outside capture, no host sync."""
 
     def forward(
         self, layer, plan, index_q, k_cache, out, query_len: int, stage_times: dict | None = None
-    ) -> torch.Tensor: ...
+    ) -> torch.Tensor:
+        """One layer's decode: index_q [B * q, local_heads, 128] of ``query_dtype``, k_cache
+        in the decode's format, out int32 [B * q, local_heads, 16] (the selected page ids),
+        q = query_len. Returns out. Capturable."""
 
-    def check(self) -> None: ...
+    def check(self) -> None:
+        """Raise what the device-side error record holds (a host sync)."""
 
-    def reset(self) -> None: ...
+    def reset(self) -> None:
+        """Re-arm every layer and clear the error record after a timeout or a bad input."""
 
 
 CAPTURE_SIZES = (1, 2, 4, 8, 16, 32, 64)

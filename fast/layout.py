@@ -23,10 +23,12 @@ class HeadLayout:
 
     @property
     def heads_per_rank(self) -> int:
+        """Heads a rank owns: H / CP, at least 1."""
         return self.heads // self.cp if self.heads >= self.cp else 1
 
     @property
     def replicas(self) -> int:
+        """Owners of a head (consecutive ranks): CP / H, at least 1."""
         return self.cp // self.heads if self.cp >= self.heads else 1
 
     def heads_of(self, rank: int) -> range:

@@ -55,6 +55,7 @@ class ScorerLaunch:
     options: dict
 
     def __call__(self) -> None:
+        """Launch it."""
         self.kernel[self.grid](*self.args, **self.options)
 
 

@@ -29,10 +29,12 @@ class StageClock:
         return time.perf_counter()
 
     def lap(self, stage: str) -> None:
+        """Close ``stage``: the time since the previous mark is its (no sync)."""
         if self.times is not None:
             self.marks.append((stage, self._now()))
 
     def done(self) -> None:
+        """Add every closed stage's seconds to the dict (on a GPU after one sync)."""
         if self.times is None:
             return
         if self.cuda:

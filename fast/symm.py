@@ -43,6 +43,8 @@ class Symmetric:
     device: torch.device
 
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
+        """Collective: a buffer [numel] of ``dtype`` on every rank, each filled with
+        ``fill`` before any rank returns, and every rank's address."""
         raise NotImplementedError
 
     def barrier(self) -> None:
@@ -57,10 +59,12 @@ class SingleRankSymmetric(Symmetric):
         self.world, self.rank, self.device = 1, 0, resolve_device(device)
 
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
+        """The buffer, its own address the one peer's."""
         local = torch.full((numel,), fill, dtype=dtype, device=self.device)
         return SymmetricTensor(local, torch.tensor([local.data_ptr()], dtype=torch.int64, device=self.device))
 
     def barrier(self) -> None:
+        """This process's device work done (there is no other rank)."""
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
@@ -82,6 +86,7 @@ class ShmSymmetric(Symmetric):
         return os.path.join(SHM_DIR, f"{self.prefix}-{index}-r{rank}")
 
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
+        """A file a rank, mapped by every rank; the names unlinked once all are mapped."""
         index, self.count = self.count, self.count + 1
         nbytes = numel * torch.empty((), dtype=dtype).element_size()
         mine = self._path(index, self.rank)
@@ -100,6 +105,7 @@ class ShmSymmetric(Symmetric):
         return SymmetricTensor(local, ptrs, peers)
 
     def barrier(self) -> None:
+        """The group's barrier (CPU ranks: their kernels ran before it)."""
         dist.barrier(group=self.group)
 
 
@@ -144,6 +150,7 @@ class CudaSymmetric(Symmetric):
         self.device = torch.device("cuda", torch.cuda.current_device())
 
     def alloc(self, numel: int, dtype: torch.dtype, fill: int) -> SymmetricTensor:
+        """torch's symmetric buffer, filled, rendezvoused; every rank past its fill."""
         local = self._symm.empty(numel, dtype=dtype, device=self.device)
         local.fill_(fill)
         handle = self._symm.rendezvous(local, self.group.group_name)
@@ -153,5 +160,6 @@ class CudaSymmetric(Symmetric):
         return SymmetricTensor(local, ptrs, [handle])
 
     def barrier(self) -> None:
+        """This rank's kernels done, then the group's barrier."""
         torch.cuda.synchronize(self.device)
         dist.barrier(group=self.group)

@@ -1,3 +1,5 @@
+"""``python -m fuzz``: the fuzz campaigns, their smoke budget and the mutants (``fuzz.cli``)."""
+
 import sys
 
 from .cli import main

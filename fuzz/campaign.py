@@ -31,6 +31,8 @@ IGNORED = shutil.ignore_patterns(".venv", ".git", ".hypothesis", "__pycache__", 
 
 @dataclass
 class Outcome:
+    """One planted bug's run: killed or not, by which test or target, in how long."""
+
     bug: str
     killed: bool
     by: str  # the failing test id, "fuzz <target>", or why nothing ran

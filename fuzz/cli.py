@@ -25,6 +25,8 @@ def _report(result) -> bool:
 
 
 def main(argv=None) -> int:
+    """``python -m fuzz``: a target's campaign, the smoke budget, all, a replay or the
+    mutants; returns the exit status (nonzero when a campaign found a failure)."""
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
     parser.add_argument("target", choices=sorted(TARGETS) + ["smoke", "all", "replay", "mutants"])
     parser.add_argument("example", nargs="?", help="replay: the target name, then the example JSON")

@@ -18,6 +18,9 @@ PACKAGES = ("reference", "fast", "fuzz")
 
 @dataclass(frozen=True)
 class Mutant:
+    """A planted bug: ``old`` replaced by ``new`` in ``module``, and the campaign
+    (``target``) that must find it."""
+
     name: str
     target: str  # the campaign that must find it
     module: str

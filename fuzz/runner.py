@@ -33,6 +33,9 @@ def _resolve(backend: str) -> str:
 
 @dataclass
 class Result:
+    """A campaign's outcome: examples run, time, and the first failure with its example
+    and replay command (None: none found)."""
+
     target: str
     examples: int
     seconds: float
@@ -43,10 +46,13 @@ class Result:
 
     @property
     def found(self) -> bool:
+        """True if the campaign found a failure."""
         return self.failure is not None
 
 
 def example_json(example) -> str:
+    """An example (dataclasses and tuples of them) as compact JSON: what a replay reads."""
+
     def plain(x):
         if is_dataclass(x):
             return asdict(x)

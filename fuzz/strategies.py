@@ -42,6 +42,8 @@ class DecodeConfig:
     ff_bytes: bool = False  # bf16 MSA: queries holding 0xFF bytes (``with_ff_bytes``)
 
     def build(self) -> Case | msa.MsaCase:
+        """The example's case: NVFP4 (``reference.cases.make_case``) or the MSA format's
+        (``reference.msa.make_case``, its forced windows; 0xFF query bytes if asked)."""
         if self.key_format != "nvfp4":
             case = msa.make_case(
                 self.seed,
@@ -66,6 +68,7 @@ class DecodeConfig:
         )
 
     def as_dict(self) -> dict:
+        """Its fields (what a replay rebuilds it from)."""
         return asdict(self)
 
 

@@ -37,11 +37,13 @@ class Context:
     pools: dict
 
     def device(self):
+        """The campaign's torch device."""
         from fast.backend import resolve_device
 
         return resolve_device("cuda" if self.backend == "cuda" else "cpu")
 
     def pool(self, cp: int):
+        """The rank pool of ``cp`` ranks, started on first use (again if it died)."""
         from fast.tools.launcher import RankPool
 
         if cp not in self.pools or not self.pools[cp]._procs:
@@ -49,6 +51,7 @@ class Context:
         return self.pools[cp]
 
     def close(self):
+        """Stop every pool's ranks."""
         for p in self.pools.values():
             p.close()
 
@@ -375,6 +378,8 @@ def _assert_named_is_bad(e, args: dict) -> None:
 
 
 def inputs_examples():
+    """(config, breakage): a decode example and one named way to break its input
+    (``BREAKAGES``: host-checked; ``DEVICE_BREAKAGES``: judged on the device)."""
     return st.tuples(decode_configs(max_pages=40), st.sampled_from(sorted(BREAKAGES) + sorted(DEVICE_BREAKAGES)))
 
 

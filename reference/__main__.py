@@ -1,3 +1,5 @@
+"""``python -m reference``: the reference's command line (``reference.cli``)."""
+
 import sys
 
 from .cli import main

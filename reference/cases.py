@@ -50,6 +50,7 @@ class Case:
         return (self.index_q, self.k_cache, self.block_table, self.seq_lens, self.query_len)
 
     def to_dict(self) -> dict:
+        """The decode's inputs by name: what ``save`` writes and a rank program receives."""
         return {
             "index_q": self.index_q,
             "k_cache": self.k_cache,
@@ -59,6 +60,7 @@ class Case:
         }
 
     def save(self, path) -> None:
+        """Write ``to_dict`` to ``path`` (``torch.save``; ``load`` reads it back)."""
         torch.save(self.to_dict(), path)
 
     @classmethod

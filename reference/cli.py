@@ -175,6 +175,7 @@ def demo(file=None) -> bool:
 
 
 def main(argv=None) -> int:
+    """``python -m reference``'s subcommands; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m reference", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("decode", help="decode a saved case with the full, CP or stock path")

@@ -34,17 +34,21 @@ class HeadLayout:
 
     @property
     def heads_per_rank(self) -> int:
+        """Hr: heads a rank owns."""
         return max(1, self.heads // self.cp)
 
     @property
     def replicas(self) -> int:
+        """R: ranks that own each head."""
         return max(1, self.cp // self.heads)
 
     def heads_of(self, rank: int) -> range:
+        """The Hr consecutive heads rank ``rank`` owns."""
         first = (rank // self.replicas) * self.heads_per_rank
         return range(first, first + self.heads_per_rank)
 
     def owners_of(self, head: int) -> list[int]:
+        """The R ranks that own ``head``, ascending."""
         return [r for r in range(self.cp) if head in self.heads_of(r)]
 
 

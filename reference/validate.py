@@ -39,10 +39,12 @@ class DecodeInputs:
 
     @property
     def batch(self) -> int:
+        """B: requests."""
         return self.seq_lens.shape[0]
 
     @property
     def heads(self) -> int:
+        """H: index heads of the queries."""
         return self.index_q.shape[1]
 
     @property

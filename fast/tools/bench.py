@@ -118,6 +118,8 @@ def source_commit(root: str | None = None) -> str:
 
 
 def machine_header() -> dict:
+    """The report's first line: GPU (name, count, SMs, memory), torch, triton, the source
+    commit (``+dirty`` for a changed tree) and the date."""
     commit = source_commit()
     props = torch.cuda.get_device_properties(0)
     return {
@@ -199,6 +201,9 @@ SCORER_VARIANTS = (
 
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
+    """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
+    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` at 32 x 128K; each row's µs,
+    read GB/s and fraction of ``read_ceiling``."""
     rows = []
 
     def measure(
@@ -420,6 +425,8 @@ def layer_section(world: int, contexts, batches, quick: bool) -> tuple[dict, lis
 
 
 def print_report(report: dict, file=sys.stdout) -> None:
+    """The report as text (``report.txt``): header, ceilings, every section's table, the
+    targets' verdicts."""
     h = report["machine"]
     print(
         f"# {h['gpu']} x{h['gpus']} ({h['sms']} SMs, {h['memory_gib']} GiB) | torch {h['torch']} | triton "

@@ -52,6 +52,7 @@ def _decode(args) -> int:
 
 
 def main(argv=None) -> int:
+    """``python -m fast``'s subcommands; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m fast", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     d = sub.add_parser("decode", help="decode a saved case (see python -m reference make-case) on N ranks")

@@ -36,6 +36,10 @@ def demo_plan(backend: str) -> list[int]:
 
 
 def run_demo(backend: str = "auto", file=None) -> bool:
+    """``make demo``: the NVFP4 stock and CP decodes at each CP size ``demo_plan`` gives
+    the backend, q 1 and 4, on exact-arithmetic keys, then the MSA format's
+    (``run_msa_demo``), each against the reference, with step and stage times; "auto"
+    picks the GPU where one exists. True if all agree."""
     file = file or sys.stdout
     if backend == "auto":
         backend = "cuda" if gpu_count() else "cpu"

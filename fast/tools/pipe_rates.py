@@ -89,6 +89,8 @@ def compiled_mix(step: str) -> collections.Counter:
 
 
 def main(argv=None) -> int:
+    """Print each pipe's measured rate (or, ``--compile-only``, each loop's SASS mix);
+    returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m fast.tools.pipe_rates", description=__doc__)
     parser.add_argument("--compile-only", action="store_true", help="print each loop's SASS mix (no GPU needed)")
     args = parser.parse_args(argv)

@@ -721,6 +721,8 @@ def load_use_distances(sass: str) -> list[tuple[str, int]]:
 
 
 def main(argv=None) -> int:
+    """The module's command line (its docstring says what it prints); returns the exit
+    status."""
     parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt", "msa-fp8", "msa-bf16"), default="wgmma")
     parser.add_argument("--hs", type=int, default=1)

@@ -42,10 +42,12 @@ class MsaCase:
         return {"init_blocks": self.init_blocks, "local_blocks": self.local_blocks}
 
     def to_dict(self) -> dict:
+        """The decode's inputs and forced windows by name: what ``save`` writes."""
         names = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
         return {**dict(zip(names, self.args())), **self.windows()}
 
     def save(self, path) -> None:
+        """Write ``to_dict`` to ``path`` (``torch.save``; ``load`` reads it back)."""
         torch.save(self.to_dict(), path)
 
     @classmethod
