@@ -22,7 +22,11 @@ def forced(blocks: torch.Tensor, n: torch.Tensor, init_blocks: int, local_blocks
 
 
 def candidates(blocks: torch.Tensor, n: torch.Tensor, num_pages: int, init_blocks: int, local_blocks: int):
-    """Whether global block ``g`` is ranked by its score: ``g < min(n, P)`` and not forced."""
+    """Whether global block ``g`` is ranked by its score: ``g < min(n, P)`` and not forced.
+
+    blocks, n: int64, broadcastable (a row's blocks [1, W] against its counts [R, 1]).
+    Returns bool of the broadcast shape.
+    """
     return (blocks < torch.clamp(n, max=num_pages)) & ~forced(blocks, n, init_blocks, local_blocks)
 
 
