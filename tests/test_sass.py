@@ -342,9 +342,13 @@ def _programs_an_sm(usage: dict) -> int:
     """Programs of 4 warps an H100 / H200 SM holds at a kernel's registers and shared
     memory (cuobjdump's REG and SHARED, Triton's DYNAMIC): 64K registers, allotted a warp
     in units of 256 (8 a thread); 228 KB of shared memory, 1 KB of it reserved a program."""
-    by_registers = 65536 // (128 * -(-usage["REG"] // 8) * 8) if usage["REG"] else 16
-    by_shared = 228 * 1024 // (usage["SHARED"] + usage["DYNAMIC"] + 1024)
-    return min(by_registers, by_shared, 16)
+    by_registers = 65536 // (128 * -(-usage["REG"] // 8) * 8)
+    return min(by_registers, _programs_by_shared(usage))
+
+
+def _programs_by_shared(usage: dict) -> int:
+    """``_programs_an_sm``'s bound by shared memory alone (at most 16)."""
+    return min(228 * 1024 // (usage["SHARED"] + usage["DYNAMIC"] + 1024), 16)
 
 
 _PROBE = """
@@ -362,8 +366,16 @@ print(json.dumps(out))
 
 @pytest.mark.parametrize(
     "key_format, hs, first_slot",
-    [("fp8", 1, 0), ("fp8", 4, 7), ("fp8", 4, 4), ("fp8", 4, 0), ("bf16", 1, 0), ("bf16", 4, 7), ("bf16", 4, 4)]
-    + [("bf16", 4, 0)],
+    [
+        ("fp8", 1, 0),
+        ("fp8", 4, 7),
+        ("fp8", 4, 4),
+        ("fp8", 4, 0),
+        ("bf16", 1, 0),
+        ("bf16", 4, 7),
+        ("bf16", 4, 4),
+        ("bf16", 4, 0),
+    ],
 )
 def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     """``score_blocks(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
@@ -388,7 +400,7 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     want = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", scorer["usage"])}
     assert fields["STACK"] == fields["LOCAL"] == 0, probe["usage"]
     assert (fields["SHARED"], fields["DYNAMIC"]) == (want["SHARED"], want["DYNAMIC"]), (probe["usage"], scorer["usage"])
-    by_shared = _programs_an_sm(want | {"REG": 0})
+    by_shared = _programs_by_shared(want)
     assert _programs_an_sm(fields) == by_shared, (probe["usage"], by_shared)
     if key_format == "fp8" or mma_rows((8 - first_slot) * hs) == 32:
         assert _programs_an_sm(want) == by_shared, scorer["usage"]
