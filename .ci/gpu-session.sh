@@ -2,6 +2,8 @@
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
 # at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case arms below;
 # test-units + test-ranks are make test's two steps). Never multicast (docs/DESIGN.md §8).
+# A lent machine's copy of the tree may carry an older .git than its files: pass
+# BENCH_COMMIT=<hash> (the bench report's commit) where the bench stages run.
 set -u
 export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpu-session}
