@@ -278,6 +278,22 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
         " the rows reach 0.96 of the gathered)",
     )
     del report["msa_scorer"][3]["gathered_read"]
+    # a grid whose gathered read is below the goal is named out of reach, the others judged apart
+    report["scorer"][0]["gathered_read"] = 0.84
+    report["scorer"][1]["gathered_read"] = 0.99
+    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    assert got["scorer Hs 1 >= 0.85"] == (
+        True,
+        "0.86-0.90 (a bare read of the same bytes: 0.83-0.99, of the same pages gathered: 0.84-0.99;"
+        " the rows reach 0.91-1.02 of the gathered); out of reach at 8 x 128K (gathered 0.840); elsewhere 0.90, met",
+    )
+    report["scorer"][1]["gathered_read"] = 0.80  # every grid out of reach: nothing to judge apart
+    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    assert got["scorer Hs 1 >= 0.85"][1].endswith(
+        "; out of reach at 8 x 128K (gathered 0.840), 64 x 1M (gathered 0.800)"
+    )
+    for row in report["scorer"][:2]:
+        del row["gathered_read"]
 
     report["scorer"][2]["of_read_ceiling"] = 0.69
     report["scorer"][8]["of_read_ceiling"] = 0.74

@@ -89,7 +89,7 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
     if not rows:
         return _verdict(target, "not measured (no such point in this grid)", None)
     fractions = [r["of_read_ceiling"] for r in rows]
-    return _verdict(target, _span(fractions) + _same_bytes(rows), min(fractions) >= least)
+    return _verdict(target, _span(fractions) + _same_bytes(rows) + _reach(rows, least), min(fractions) >= least)
 
 
 def _same_bytes(rows: list[dict]) -> str:
@@ -111,6 +111,22 @@ def _same_bytes(rows: list[dict]) -> str:
         f" (a bare read of the same bytes: {reads}, of the same pages gathered: {gath};"
         f" the rows reach {near} of the gathered)"
     )
+
+
+def _reach(rows: list[dict], least: float) -> str:
+    """The grids (batch x context) where ``least`` sits above what a bare gather of the
+    rows' pages reached (``gathered_read``: no kernel of that grid can meet the goal there),
+    and how the rows of the other grids stand against it, as a figure's tail; "" where
+    every grid is within reach or none was gathered."""
+    gathered = {(r["batch"], r["context"]): r["gathered_read"] for r in rows if r.get("gathered_read", 0) > 0}
+    out = {grid: g for grid, g in gathered.items() if g < least}
+    if not out:
+        return ""
+    named = ", ".join(f"{b} x {_context(c)} (gathered {g:.3f})" for (b, c), g in sorted(out.items()))
+    within = [r["of_read_ceiling"] for r in rows if (r["batch"], r["context"]) not in out]
+    if not within:
+        return f"; out of reach at {named}"
+    return f"; out of reach at {named}; elsewhere {_span(within)}, {'met' if min(within) >= least else 'missed'}"
 
 
 def _one_request(report: dict) -> dict:
@@ -229,4 +245,8 @@ def _msa_scorer(report: dict, fmt: str) -> dict:
         f"{_shape(hs, slots)} {_span([r['of_read_ceiling'] for r in rows if (r['hs'], r['slots']) == (hs, slots)])}"
         for hs, slots in sorted({(r["hs"], r["slots"]) for r in rows})
     )
-    return _verdict(target, spans + _same_bytes(rows), min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL)
+    return _verdict(
+        target,
+        spans + _same_bytes(rows) + _reach(rows, MSA_SCORER_GOAL),
+        min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL,
+    )
