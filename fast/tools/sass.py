@@ -541,32 +541,41 @@ def _scorer_line_parts() -> dict[int, str]:
     return parts
 
 
+def _count_parts(sass: str, part_at, span: range | None = None, alu: bool = False) -> collections.Counter:
+    """Part -> instructions of a listing with line info: each instruction takes the part
+    ``part_at(path, line, part_before)`` gave its latest source line, the MMAs theirs by
+    opcode (ptxas moves their line info onto their neighbours'); span: only the listing's
+    lines in it; alu: only those of ``ALU_OPS``."""
+    counts: collections.Counter = collections.Counter()
+    part = "other"
+    for i, line in enumerate(sass.splitlines()):
+        if m := _FILE_LINE.search(line):
+            part = part_at(m.group(1), int(m.group(2)), part)
+        elif (op := _OP.match(line)) and (span is None or i in span) and (not alu or op.group(1) in ALU_OPS):
+            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
+    return counts
+
+
 def source_parts(sass: str, span: range | None = None, alu: bool = False) -> collections.Counter:
     """Part (``PARTS``) -> instructions, over a listing with line info (``scorer_sass(...,
     lines=True)``), or over its lines ``span`` only (``main_loop_span``); alu: only those of
     ``ALU_OPS``."""
     by_line, maxima_lines = _scorer_line_parts(), _maxima_line_parts()
-    counts: collections.Counter = collections.Counter()
-    part = "other"
-    for i, line in enumerate(sass.splitlines()):
-        if m := _FILE_LINE.search(line):
-            path, number = m.group(1), int(m.group(2))
-            if path.endswith("kernels/scorer_wgmma.py"):
-                part = by_line.get(number, "other")
-            elif path.endswith("kernels/page_maxima.py"):
-                part = maxima_lines.get(number, "other")
-            elif path.endswith("kernels/column_order.py"):
-                part = "setup"  # q's tile, once per program
-            elif path.endswith("kernels/page_ring.py"):
-                part = "loads"  # the ring's copies, waits and reads from shared memory
-            elif "/triton/language/" in path:
-                part = "maximum"  # a reduction's combine (gl.max)
-            else:
-                part = "other"
-        elif (op := _OP.match(line)) and (span is None or i in span) and (not alu or op.group(1) in ALU_OPS):
-            # ptxas moves the MMAs' line info onto its neighbours': the MMAs by opcode
-            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
-    return counts
+
+    def part_at(path: str, number: int, before: str) -> str:
+        if path.endswith("kernels/scorer_wgmma.py"):
+            return by_line.get(number, "other")
+        if path.endswith("kernels/page_maxima.py"):
+            return maxima_lines.get(number, "other")
+        if path.endswith("kernels/column_order.py"):
+            return "setup"  # q's tile, once per program
+        if path.endswith("kernels/page_ring.py"):
+            return "loads"  # the ring's copies, waits and reads from shared memory
+        if "/triton/language/" in path:
+            return "maximum"  # a reduction's combine (gl.max)
+        return "other"
+
+    return _count_parts(sass, part_at, span, alu)
 
 
 # Instructions a page and thread may take at the read ceiling: a page every ~540 cycles per
@@ -653,21 +662,16 @@ def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
     info); alu: only those of ``ALU_OPS``. A line of Triton's library (a reduction's
     combine) takes the part of the kernel line before it."""
     by_file = _msa_line_parts()
-    counts: collections.Counter = collections.Counter()
-    part = "other"
-    for line in sass.splitlines():
-        if m := _FILE_LINE.search(line):
-            path, number = m.group(1), int(m.group(2))
-            module = next((name for name in by_file if path.endswith(name)), None)
-            if module is not None:
-                part = by_file[module].get(number, "other")
-            elif path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
-                part = "ring"
-            elif "/triton/language/" not in path:
-                part = "other"
-        elif (op := _OP.match(line)) and (not alu or op.group(1) in ALU_OPS):
-            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
-    return counts
+
+    def part_at(path: str, number: int, before: str) -> str:
+        module = next((name for name in by_file if path.endswith(name)), None)
+        if module is not None:
+            return by_file[module].get(number, "other")
+        if path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
+            return "ring"
+        return before if "/triton/language/" in path else "other"
+
+    return _count_parts(sass, part_at, alu=alu)
 
 
 def msa_half_block_budget(element_bytes: int) -> int:
