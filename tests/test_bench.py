@@ -242,7 +242,11 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
             return target.split(" of the read ceiling")[0]
         return target.split(" at ")[-1] if "CP / stock" in target else target.split(" ")[0]
 
-    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    def judged() -> dict:
+        """This report's verdicts: short target name -> (met, figures)."""
+        return {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+
+    got = judged()
     assert got["scorer Hs 1 >= 0.85"] == (True, "0.86-0.90")
     assert got["scorer Hs 4 / 1 slot >= 0.85"] == (True, "0.87")
     assert got["scorer Hs 4 / 4 slots >= 0.80"] == (True, "0.81")
@@ -261,7 +265,7 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     report["scorer"][0]["same_bytes_read"] = 0.83
     report["scorer"][1]["same_bytes_read"] = 0.99
     report["msa_scorer"][3]["same_bytes_read"] = 0.95
-    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    got = judged()
     # (0.86 / 0.83 and 0.90 / 0.99 of each row's own read)
     assert got["scorer Hs 1 >= 0.85"] == (
         True,
@@ -271,7 +275,7 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     assert got["scorer Hs 4 / 1 slot >= 0.85"] == (True, "0.87")  # its row has no bare read
     # with the pages' gathered read as well, the rows are held to that, the tighter bound
     report["msa_scorer"][3]["gathered_read"] = 0.925
-    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    got = judged()
     assert got["MSA"] == (
         False,
         "Hs 4 / 8 slots 0.89 (a bare read of the same bytes: 0.95, of the same pages gathered: 0.93;"
@@ -281,14 +285,14 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     # a grid whose gathered read is below the goal is named out of reach, the others judged apart
     report["scorer"][0]["gathered_read"] = 0.84
     report["scorer"][1]["gathered_read"] = 0.99
-    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    got = judged()
     assert got["scorer Hs 1 >= 0.85"] == (
         True,
         "0.86-0.90 (a bare read of the same bytes: 0.83-0.99, of the same pages gathered: 0.84-0.99;"
         " the rows reach 0.91-1.02 of the gathered); out of reach at 8 x 128K (gathered 0.840); elsewhere 0.90, met",
     )
     report["scorer"][1]["gathered_read"] = 0.80  # every grid out of reach: nothing to judge apart
-    got = {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)}
+    got = judged()
     assert got["scorer Hs 1 >= 0.85"][1].endswith(
         "; out of reach at 8 x 128K (gathered 0.840), 64 x 1M (gathered 0.800)"
     )
