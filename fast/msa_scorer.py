@@ -60,8 +60,8 @@ WIDE_RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 3}
 # The mma kernel's register cap with E4M3 keys in the bulk ring up to N 16: six programs
 # an SM by registers, as many as its shared memory allows at N 8 (ptxas alone takes 88-106:
 # five). Elsewhere ptxas's choice: at N 32 shared memory allows five programs either way,
-# at N 64 the cap spills, and BF16 capped lost up to 0.05 at N 32 (fast/tools/PERF.md; at
-# N 8 / 16 BF16 runs uncapped, unmeasured capped).
+# at N 64 the cap spills, and BF16 measured slower capped at N 32 and no faster at N 8 / 16
+# (fast/tools/PERF.md).
 BULK_FP8_MAX_REGISTERS = 80
 
 
@@ -69,9 +69,9 @@ def mma_partials(rows: int, ppp: int) -> int:
     """The mma kernel's partial maxima a block and row (``page_maxima.page_max``) at N =
     ``rows`` with ``ppp`` columns a program: 8 (two shuffle rounds a block) from 4 columns
     on, where the NVFP4 scorer's 32 (no shuffle) takes 4x the shared memory, a program an SM
-    at N 16 and 32, and measured 0.00-0.02 of the ceiling slower at every N
-    (fast/tools/PERF.md); below, the shared policy (``partial_maxima``: a few columns keep
-    little shared memory either way)."""
+    at N 16 and 32, and measured no faster at any N (fast/tools/PERF.md); below, the
+    shared policy (``partial_maxima``: a few columns keep little shared memory either
+    way)."""
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
