@@ -189,12 +189,23 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     # the ring's arrays beside the kernel's dynamic buffers, as max_ring counts them
     static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in (" SHARED", "DYNAMIC"))
     assert dynamic == shared_bytes(rows, pages), usage
+    _assert_dynamic_buffers_1k_aligned(static, usage)
     assert static == page_ring.BASE_STATIC + page_ring.ring_bytes(ring, tables), usage
     assert static + dynamic <= page_ring.SHARED_LIMIT, usage
     assert sass.count("LDG.E.128") <= 2  # q's rows only: no page's code words from global memory
     assert sass.count("BAR.SYNC") <= pages + 3, sass.count("BAR.SYNC")
     _assert_landed_copies_take_no_branch(sass)
     assert sass.count("TRYWAIT") == pages + tables  # one poll a wait, the retry inside its loop
+
+
+def _assert_dynamic_buffers_1k_aligned(static: int, usage: str) -> None:
+    """The dynamic buffers (q's tile among them) start where the static arrays end, so the
+    static size must keep them 1 KB aligned: wgmma reads q's tile through the 128-byte
+    swizzle of its absolute address bits, which repeats every 1 KB, while Triton stores it
+    by the pattern relative to the tile's base. Off by a multiple of 16 bytes (a new
+    ``.shared`` array of mbarriers, say) the MMA reads q's elements permuted within each row:
+    wrong scores, on a GPU only (the thirty-ninth session's warp-specialized harness)."""
+    assert static % 1024 == 0, usage
 
 
 def _assert_landed_copies_take_no_branch(sass: str) -> None:
@@ -315,6 +326,7 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
         assert text.count("TRYWAIT") == 2 * ppp  # one poll a wait, the retry inside its loop
         _assert_landed_copies_take_no_branch(text)
         assert dynamic == dynamic_bytes(rows, ppp), usage
+        _assert_dynamic_buffers_1k_aligned(static, usage)
         assert static == page_ring.BASE_STATIC + block_ring.ring_bytes(launch["STAGES"], dtype.itemsize), usage
         assert static + dynamic <= page_ring.SHARED_LIMIT, usage
         # halves in flight while a program waits on its first: a ring of two issues the

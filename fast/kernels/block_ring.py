@@ -54,7 +54,9 @@ _BOX_BYTES = BOX_ROWS * BOX_ROW_BYTES
 _BOX = gl.constexpr(_BOX_BYTES)  # the same, for the read-back's address
 _RING = "fast_block_ring"
 _BARS = "fast_block_bars"
-_BAR_BYTES = 1024  # the mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned
+# The mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned, as the q tile's
+# 128-byte swizzle needs (a wgmma reads it by absolute address bits). More mbarriers go in here.
+_BAR_BYTES = 1024
 
 
 @constexpr_function

@@ -61,7 +61,9 @@ MAX_RING = 4  # the largest ring the asm tables below are built for
 
 SHARED_LIMIT = 48 * 1024  # static + dynamic shared memory a launch gets without opting in
 BASE_STATIC = 1024  # the static shared memory every kernel's cubin declares, ring or not
-_BAR_BYTES = 1024  # the ring's mbarriers, padded: its arrays keep the 1 KB alignment below
+# The ring's mbarriers, padded: its arrays keep the 1 KB alignment below, and the dynamic
+# buffers after them theirs (the q tile's 128-byte swizzle needs it: tests/test_sass.py)
+_BAR_BYTES = 1024
 
 
 def ring_bytes(ring: int, tables: int = 0) -> int:
