@@ -240,6 +240,7 @@ def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot,
     rows = mma_rows((8 - first_slot) * hs)
     assert f"DYNAMIC:{shared_bytes(rows, pages)}" in usage, usage
     tables = shared_tables(rows)
+    _assert_dynamic_buffers_1k_aligned(int(re.search(r" SHARED:(\d+)", usage).group(1)), usage)
     assert f" SHARED:{page_ring.BASE_STATIC + page_ring.ring_bytes(0, tables)} " in usage, usage
     sass = dump.read_text()
     assert (sass.count("UBLKCP"), sass.count("TRYWAIT")) == (tables, tables)
