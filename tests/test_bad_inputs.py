@@ -420,6 +420,10 @@ FAST_SCORER = [
     Row("variant-ahead-3", _variant(blocks_ahead=3, kernel="wgmma"), ValueError, "blocks_ahead"),
     Row("variant-ahead-on-table", _variant(blocks_ahead=2, kernel="table"), ValueError, "blocks_ahead"),
     Row("variant-loads-only-on-table", _variant(loads_only=True, kernel="table"), ValueError, "loads_only"),
+    Row("variant-signless-on-table", _variant(signless=True, kernel="table"), ValueError, "signless"),
+    Row(
+        "variant-signless-loads-only", _variant(signless=True, loads_only=True, kernel="wgmma"), ValueError, "signless"
+    ),
     Row("variant-ring-5", _variant(ring=5, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-float", _variant(ring=2.0, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-on-table", _variant(ring=2, kernel="table"), ValueError, "ring"),

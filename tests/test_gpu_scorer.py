@@ -190,6 +190,28 @@ def test_the_benchs_scorer_variants_launch_at_their_size(hs):
         assert not bool((out[:, :, 0] == 7.0).any()), variant  # every slot scores the first page
 
 
+@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
+def test_the_signless_probe_scores_the_keys_magnitudes(heads, query_len):
+    """The bench's ``signless`` probe (the decode without its sign step) scores |k|: on a
+    cache whose codes are all non-negative it equals the scorer bit for bit, and on the
+    same cache with its sign bits back it does not — so its row in the bench times the
+    whole kernel less the sign step, nothing else (N 8, 16 and 32)."""
+    case = make_case(5, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
+    tile = query_tile(case.index_q, 2, query_len).cuda()
+    signed = case.k_cache.cuda()
+    unsigned = signed.clone()
+    unsigned.view(signed.shape[0], -1)[:, : PAGE * 64] &= 0x77  # every code's sign bit cleared
+    table, lens = case.block_table.cuda(), case.seq_lens.cuda()
+    first = SLOTS - query_len
+
+    def scores(cache, **probe):
+        out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
+        return score_variant(tile, cache, table, lens, out, first_slot=first, **probe).view(torch.int32)
+
+    assert torch.equal(scores(unsigned, signless=True), scores(unsigned))
+    assert not torch.equal(scores(signed, signless=True), scores(signed))
+
+
 def test_the_loads_only_probe_stores_nothing():
     """The bench's probe (``loads_only``) runs the wgmma kernel's loads and leaves ``out`` as
     it was: its numbers are a bound, never scores."""

@@ -263,6 +263,30 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
 
+@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
+def test_the_signless_probe_drops_the_sign_step_and_nothing_else(hs, first_slot):
+    """The bench's ``signless`` probe prices a decode cheaper by the sign step (two
+    sign-replicate ``prmt`` and two ``lop3`` per 8 codes): compiled at N 8, 16 and 32 it must
+    lose exactly those — half the ``PRMT``, as many ``LOP3`` — and keep every conversion,
+    MMA and load, or its row in the bench measures something else."""
+    code = (
+        "from fast.tools.sass import scorer_sass, instruction_mix\n"
+        "for signless in (False, True):\n"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, signless=signless)\n"
+        "    mix = instruction_mix(text)\n"
+        "    print(*(sum(v for k, v in mix.items() if k.split('.')[0] == op) for op in"
+        " ('PRMT', 'LOP3', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS')))\n"
+    )
+    done = _compile_only("-c", code)
+    assert done.returncode == 0, done.stderr
+    (prmt, lop3, *rest), (prmt_s, lop3_s, *rest_s) = (
+        list(map(int, line.split())) for line in done.stdout.split("\n")[:2]
+    )
+    assert prmt > 0 and prmt_s * 2 == prmt, done.stdout
+    assert lop3 - lop3_s == prmt // 2, done.stdout
+    assert rest_s == rest, done.stdout
+
+
 def test_pipe_rate_loops_are_the_instruction_under_test():
     """``python -m fast.tools.pipe_rates`` times loops of one instruction each: compiled for
     sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints

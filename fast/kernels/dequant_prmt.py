@@ -15,6 +15,12 @@ sign-replicate mode, XORs them in (a sign flip, so negative scales stay exact to
 widens E4M3 pairs to fp16 pairs with ``cvt`` (exact). Inline PTX exists on GPUs only; the
 interpreter uses the table gather of ``scorer_table.py``, and ``tests/test_gpu_scorer.py`` checks
 both paths against the reference on every (scale byte, code) pair.
+
+``GROUP_ASM_TABLED_SIGNLESS`` is the bench's timing probe, never a decode: the same asm
+without its sign step (the two sign-replicate ``prmt`` and two ``lop3`` of each 8 codes, a
+third of the decode's ALU work), so its scores are those of |k|. It prices what a decode 4
+ALU instructions cheaper per 8 codes would give the scorer, the pipe that bounds it at N <=
+16 (fast/tools/PERF.md).
 """
 
 import triton
@@ -84,16 +90,28 @@ mov.b32 {$O6, $O7}, f3;
 """
 
 
-def _group_asm(table_from_scale: bool) -> str:
+# The sign step of _DECODE_HALF, and what the probe puts there instead (the magnitudes as
+# they are: |k|).
+_SIGN_STEP = """prmt.b32 s0, x4, WORD, 0xD9C8;
+prmt.b32 s1, x4, WORD, 0xFBEA;
+lop3.b32 e0, p0, s0, k80, 0x78;
+lop3.b32 e1, p1, s1, k80, 0x78;
+"""
+_NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
+
+
+def _group_asm(table_from_scale: bool, signed: bool = True) -> str:
     """One group's asm: $0..$15 fp16 codes, $16 the 64-bit code word, $17 the scale byte
-    (table_from_scale) or the group's two table words as one 64-bit operand (byte i = T[i])."""
+    (table_from_scale) or the group's two table words as one 64-bit operand (byte i = T[i]);
+    signed False: the bench's probe, without the sign step (fp16 of |k|)."""
+    half = _DECODE_HALF if signed else _DECODE_HALF.replace(_SIGN_STEP, _NO_SIGN_STEP)
     if table_from_scale:
         table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
     else:
         table = "mov.b64 {tlo, thi}, $17;\n"
     halves = []
     for h, word in enumerate(("wlo", "whi")):
-        body = _DECODE_HALF.replace("WORD", word)
+        body = half.replace("WORD", word)
         for k in range(8):
             body = body.replace(f"$O{k}", f"${8 * h + k}")
         halves.append(body)
@@ -110,6 +128,8 @@ def _group_asm(table_from_scale: bool) -> str:
 GROUP_ASM = tl.constexpr(_group_asm(table_from_scale=True))
 # scorer_wgmma.py's, which hands each group its table words from ``scale_tables``.
 GROUP_ASM_TABLED = tl.constexpr(_group_asm(table_from_scale=False))
+# The bench's probe (the module's docstring): the same without the sign step.
+GROUP_ASM_TABLED_SIGNLESS = tl.constexpr(_group_asm(table_from_scale=False, signed=False))
 
 
 @triton.jit

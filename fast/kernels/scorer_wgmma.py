@@ -51,7 +51,7 @@ from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
-from .dequant_prmt import GROUP_ASM_TABLED
+from .dequant_prmt import GROUP_ASM_TABLED, GROUP_ASM_TABLED_SIGNLESS
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import (
     alloc_maxima,
@@ -292,18 +292,29 @@ def _load_nth_block(
 
 
 @gluon.jit
-def _dequant_fragment(codes, tables, a_layout: gl.constexpr):
+def _dequant_fragment(codes, tables, a_layout: gl.constexpr, SIGNLESS: gl.constexpr = False):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time); tables: each group's
-    ``scale_tables`` entry (``_entries``)."""
-    o = gl.inline_asm_elementwise(
-        GROUP_ASM_TABLED,
-        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
-        [codes, tables],
-        dtype=(gl.float16,) * 16,
-        is_pure=True,
-        pack=1,
-    )
+    ``scale_tables`` entry (``_entries``). SIGNLESS: the bench's probe, |k| (the decode
+    without its sign step: ``dequant_prmt.GROUP_ASM_TABLED_SIGNLESS``)."""
+    if SIGNLESS:
+        o = gl.inline_asm_elementwise(
+            GROUP_ASM_TABLED_SIGNLESS,
+            "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
+            [codes, tables],
+            dtype=(gl.float16,) * 16,
+            is_pure=True,
+            pack=1,
+        )
+    else:
+        o = gl.inline_asm_elementwise(
+            GROUP_ASM_TABLED,
+            "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
+            [codes, tables],
+            dtype=(gl.float16,) * 16,
+            is_pure=True,
+            pack=1,
+        )
     a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
     return gl.convert_layout(a, a_layout, assert_trivial=True)
 
@@ -347,6 +358,7 @@ def _block(
     LOADS_ONLY: gl.constexpr,
     GUARD: gl.constexpr,
     TABLES: gl.constexpr,
+    SIGNLESS: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
@@ -356,7 +368,9 @@ def _block(
     if LOADS_ONLY:
         fold = fold ^ c0 ^ _entries(s0, tab_ptr, tab_stride, TABLES)
     else:
-        run = _score_block(c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES)
+        run = _score_block(
+            c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES, SIGNLESS
+        )
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run, fold
 
@@ -377,11 +391,13 @@ def _score_block(
     ROWS: gl.constexpr,
     PARTS: gl.constexpr,
     TABLES: gl.constexpr,
+    SIGNLESS: gl.constexpr,
 ):
     """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
     multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into
-    the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
-    a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout)
+    the page's maxima (``page_maxima.page_max``); SIGNLESS: the bench's probe (|k|). Returns
+    the running maximum."""
+    a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout, SIGNLESS)
     if ROWS == 8:
         acc = mma_v2(a, q_op, zeros)
     else:
@@ -434,6 +450,7 @@ def score_kernel_wgmma(
     GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
+    SIGNLESS: gl.constexpr = False,  # the bench's probe: the decode without its sign step, scores of |k|
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -524,6 +541,7 @@ def score_kernel_wgmma(
                         ROWS,
                         PARTS,
                         TABLES,
+                        SIGNLESS,
                     )
                 if i + RING < PPP:
                     gl.thread_barrier()  # every warp is done with page i's slot
@@ -559,6 +577,7 @@ def score_kernel_wgmma(
                         LOADS_ONLY,
                         GUARD,
                         TABLES,
+                        SIGNLESS,
                     )
         else:
             for i in range(PPP):
@@ -591,6 +610,7 @@ def score_kernel_wgmma(
                         LOADS_ONLY,
                         GUARD,
                         TABLES,
+                        SIGNLESS,
                     )
         if RING > 0 or TABLES:
             page_ring.report(late, err_ptr)

@@ -202,8 +202,8 @@ SCORER_VARIANTS = (
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
-    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` at 32 x 128K; each row's µs,
-    read GB/s and fraction of ``read_ceiling``."""
+    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` / ``signless`` at 32 x 128K; each
+    row's µs, read GB/s and fraction of ``read_ceiling``."""
     rows = []
 
     def measure(
@@ -249,9 +249,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     del real
     # What bounds the default kernel (32 x 128K): the same call on one page that L1 / L2
     # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
-    # time near the cold one and a loads-only one near the ceiling say compute, not memory.
+    # time near the cold one and a loads-only one near the ceiling say compute, not memory;
+    # the decode without its sign step (a third of its ALU work, scores of |k|) says what a
+    # cheaper exact decode would be worth.
     for hs, q in SCORER_SHAPES:
-        for variant in (dict(hot=True), dict(loads_only=True)):
+        for variant in (dict(hot=True), dict(loads_only=True), dict(signless=True)):
             measure(pool, 131072, 32, hs, q, variant)
     return rows
 

@@ -99,6 +99,7 @@ def scorer_sass(
     lines: bool = False,
     ring: int | None = None,
     loads_only: bool = False,
+    signless: bool = False,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -109,7 +110,8 @@ def scorer_sass(
     lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
     pages in its shared-memory ring, 0 for the register pipeline, or the MSA kernel's
     half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
-    MSA kernel's probe of its ring (``score_blocks``' loads_only)."""
+    MSA kernel's probe of its ring (``score_blocks``' loads_only); signless: the wgmma
+    kernel's probe of its decode (``variant_launch``' signless)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -140,17 +142,21 @@ def scorer_sass(
     elif kernel == "wgmma":
         rows = mma_rows(live)
         ppp = pages or long_row_pages(rows)
-        constexprs = common | {
-            "ROWS": rows,
-            "PPP": ppp,
-            "DEPTH": depth or WGMMA_DEPTH,
-            "PREFETCH": pdl,
-            "RELEASE": False,
-            "PARTS": partial_maxima(rows, ppp),
-            "RECORD": False,
-            "RING": ring_pages(rows, ppp) if ring is None else ring,
-            "TABLES": shared_tables(rows),
-        }
+        constexprs = (
+            common
+            | {
+                "ROWS": rows,
+                "PPP": ppp,
+                "DEPTH": depth or WGMMA_DEPTH,
+                "PREFETCH": pdl,
+                "RELEASE": False,
+                "PARTS": partial_maxima(rows, ppp),
+                "RECORD": False,
+                "RING": ring_pages(rows, ppp) if ring is None else ring,
+                "TABLES": shared_tables(rows),
+            }
+            | ({"SIGNLESS": True} if signless else {})
+        )
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         src = _source(score_kernel_wgmma, {k: v for k, v in fields if k != "TOK"}, constexprs)

@@ -39,6 +39,7 @@ def variant_launch(
     tokens_per_dot: int | None = None,
     num_warps: int = 4,
     loads_only: bool = False,
+    signless: bool = False,
     guard: bool = True,
     ring: int | None = None,
     tables: bool | None = None,
@@ -52,7 +53,10 @@ def variant_launch(
     wgmma kernel's registers per thread: "auto" (its policy), None (the compiler's choice)
     or 64..255. tokens_per_dot, num_warps: the prmt kernel's tokens per MMA block (64 or
     128) and warps. loads_only: the wgmma kernel's probe of its memory side — the same
-    loads, no decode, no MMA, ``out`` untouched. guard: False drops the wgmma kernel's
+    loads, no decode, no MMA, ``out`` untouched. signless: the wgmma kernel's probe of its
+    decode — the kernel without the decode's sign step, ``out`` getting the scores of |k|
+    (never a result): what a decode 4 ALU instructions cheaper per 8 codes would reach.
+    guard: False drops the wgmma kernel's
     block-id guard (the benchmark's measure of its cost; the decode always guards). ring:
     the wgmma kernel's feed — 0 the register pipeline, 1 .. MAX_RING pages through a
     shared-memory ring (``page_ring.py``), None its policy. tables: the wgmma kernel's
@@ -84,6 +88,10 @@ def variant_launch(
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
         raise ValueError(f"loads_only: the wgmma kernel's probe, not {kernel!r}'s")
+    if signless and kernel != "wgmma":
+        raise ValueError(f"signless: the wgmma kernel's probe, not {kernel!r}'s")
+    if signless and loads_only:
+        raise ValueError("signless: probes the decode, which loads_only leaves out")
     if pages_per_program is not None and not (isinstance(pages_per_program, int) and pages_per_program >= 1):
         raise ValueError(f"pages_per_program: {pages_per_program!r} (an int >= 1)")
     if kernel != "table" and device.type != "cuda":
@@ -113,6 +121,7 @@ def variant_launch(
                 f" with {o['PPP']} pages a program (at most {most})"
             )
         o["LOADS_ONLY"] = bool(loads_only)
+        o["SIGNLESS"] = bool(signless)
         o["GUARD"] = bool(guard)
         if register_cap != "auto":
             o.pop("maxnreg", None)
