@@ -297,24 +297,15 @@ def _dequant_fragment(codes, tables, a_layout: gl.constexpr, SIGNLESS: gl.conste
     ``a_layout`` without moving data (checked at compile time); tables: each group's
     ``scale_tables`` entry (``_entries``). SIGNLESS: the bench's probe, |k| (the decode
     without its sign step: ``dequant_prmt.GROUP_ASM_TABLED_SIGNLESS``)."""
-    if SIGNLESS:
-        o = gl.inline_asm_elementwise(
-            GROUP_ASM_TABLED_SIGNLESS,
-            "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
-            [codes, tables],
-            dtype=(gl.float16,) * 16,
-            is_pure=True,
-            pack=1,
-        )
-    else:
-        o = gl.inline_asm_elementwise(
-            GROUP_ASM_TABLED,
-            "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
-            [codes, tables],
-            dtype=(gl.float16,) * 16,
-            is_pure=True,
-            pack=1,
-        )
+    asm: gl.constexpr = GROUP_ASM_TABLED_SIGNLESS if SIGNLESS else GROUP_ASM_TABLED
+    o = gl.inline_asm_elementwise(
+        asm,
+        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
+        [codes, tables],
+        dtype=(gl.float16,) * 16,
+        is_pure=True,
+        pack=1,
+    )
     a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
     return gl.convert_layout(a, a_layout, assert_trivial=True)
 
