@@ -13,7 +13,7 @@ from fast.errors import new_record
 from fast.kernels import page_ring
 from fast.kernels.scorer_wgmma import long_row_pages, max_ring, mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
-from indexer_constants import PAGE, SLOTS
+from indexer_constants import CODE_BYTES, PAGE, SLOTS
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
@@ -200,7 +200,7 @@ def test_the_signless_probe_scores_the_keys_magnitudes(heads, query_len):
     tile = query_tile(case.index_q, 2, query_len).cuda()
     signed = case.k_cache.cuda()
     unsigned = signed.clone()
-    unsigned.view(signed.shape[0], -1)[:, : PAGE * 64] &= 0x77  # every code's sign bit cleared
+    unsigned.view(signed.shape[0], -1)[:, :CODE_BYTES] &= 0x77  # every code's sign bit cleared
     table, lens = case.block_table.cuda(), case.seq_lens.cuda()
     first = SLOTS - query_len
 

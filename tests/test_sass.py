@@ -274,8 +274,7 @@ def test_the_signless_probe_drops_the_sign_step_and_nothing_else(hs, first_slot)
         "for signless in (False, True):\n"
         f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, signless=signless)\n"
         "    mix = instruction_mix(text)\n"
-        "    print(*(sum(v for k, v in mix.items() if k.split('.')[0] == op) for op in"
-        " ('PRMT', 'LOP3', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS')))\n"
+        "    print(*(mix[op] for op in ('PRMT', 'LOP3', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS')))\n"
     )
     done = _compile_only("-c", code)
     assert done.returncode == 0, done.stderr

@@ -63,21 +63,24 @@ mov.b32 $1, {hc, hd};
 
 # One group of 16 codes: $0..$15 fp16 of codes 0..15 (code k = nibble k of the 64-bit
 # word $16: element 2i is byte i's low nibble); $17 the group's scale byte. The table
-# (_TABLE_BODY) is built once, then each 32-bit half is decoded: magnitude selectors are the
-# nibbles with bit 3 cleared (prmt reads a selector's low 16 bits: m >> 16 is the upper
-# four); sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode, the byte of
-# (word << 4) or word whose MSB is nibble k's bit 3. lop3 0x78 = a ^ (b & c).
-_DECODE_HALF = """
+# (_TABLE_BODY) is built once, then each 32-bit half is decoded in three steps: magnitude
+# selectors are the nibbles with bit 3 cleared (prmt reads a selector's low 16 bits: m >> 16
+# is the upper four); sign selectors 0xD9C8 / 0xFBEA pick, in sign-replicate mode, the byte
+# of (word << 4) or word whose MSB is nibble k's bit 3 (lop3 0x78 = a ^ (b & c)); E4M3
+# pairs widened to fp16 pairs.
+_LOOKUP_STEP = """
 and.b32 m, WORD, k7;
 prmt.b32 p0, tlo, thi, m;
 mul.hi.u32 m2, m, 65536;
 prmt.b32 p1, tlo, thi, m2;
-mul.lo.u32 x4, WORD, 16;
+"""
+_SIGN_STEP = """mul.lo.u32 x4, WORD, 16;
 prmt.b32 s0, x4, WORD, 0xD9C8;
 prmt.b32 s1, x4, WORD, 0xFBEA;
 lop3.b32 e0, p0, s0, k80, 0x78;
 lop3.b32 e1, p1, s1, k80, 0x78;
-mov.b32 {e00, e01}, e0;
+"""
+_WIDEN_STEP = """mov.b32 {e00, e01}, e0;
 mov.b32 {e10, e11}, e1;
 cvt.rn.f16x2.e4m3x2 f0, e00;
 cvt.rn.f16x2.e4m3x2 f1, e01;
@@ -88,15 +91,8 @@ mov.b32 {$O2, $O3}, f1;
 mov.b32 {$O4, $O5}, f2;
 mov.b32 {$O6, $O7}, f3;
 """
-
-
-# The sign step of _DECODE_HALF, and what the probe puts there instead (the magnitudes as
-# they are: |k|).
-_SIGN_STEP = """prmt.b32 s0, x4, WORD, 0xD9C8;
-prmt.b32 s1, x4, WORD, 0xFBEA;
-lop3.b32 e0, p0, s0, k80, 0x78;
-lop3.b32 e1, p1, s1, k80, 0x78;
-"""
+_DECODE_HALF = _LOOKUP_STEP + _SIGN_STEP + _WIDEN_STEP
+# What the bench's probe puts in the sign step's place: the magnitudes as they are (|k|).
 _NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
 
 
@@ -104,7 +100,7 @@ def _group_asm(table_from_scale: bool, signed: bool = True) -> str:
     """One group's asm: $0..$15 fp16 codes, $16 the 64-bit code word, $17 the scale byte
     (table_from_scale) or the group's two table words as one 64-bit operand (byte i = T[i]);
     signed False: the bench's probe, without the sign step (fp16 of |k|)."""
-    half = _DECODE_HALF if signed else _DECODE_HALF.replace(_SIGN_STEP, _NO_SIGN_STEP)
+    half = _DECODE_HALF if signed else _LOOKUP_STEP + _NO_SIGN_STEP + _WIDEN_STEP
     if table_from_scale:
         table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
     else:
