@@ -300,6 +300,24 @@ def test_pipe_rate_loops_are_the_instruction_under_test():
         assert mix.get(op, 0) >= 0.9 * sum(mix.values()), (step, mix)
 
 
+def test_mma_rate_loops_are_the_mma_under_test():
+    """``python -m fast.tools.mma_rates`` times loops of one MMA shape each: compiled for
+    sm_90 here, each loop's MMA instructions are of its kind (``HMMA`` for mma.sync, ``HGMMA``
+    for wgmma) and, with the wgmma's fences, the ``NOP`` ptxas spaces dependent ``HMMA``
+    with and (fresh steps) the running maximum's ``FMNMX``, at least 90% of the loop — else
+    the rate it prints would be another instruction's."""
+    done = _compile_only("-m", "fast.tools.mma_rates", "--compile-only", timeout=600)
+    assert done.returncode == 0, done.stderr
+    loops = re.findall(r"^(\S+) +N (\d+) +(chain|fresh) loop: (.*)$", done.stdout, flags=re.M)
+    assert len(loops) == 9, done.stdout
+    for kind, n, steps, listed in loops:
+        mix = {name: int(c) for name, c in (item.split() for item in listed.split(", "))}
+        mma = "HMMA" if kind == "mma.sync" else "HGMMA"
+        assert mix.get(mma, 0) > 0, (kind, n, steps, mix)
+        kept = mix.get(mma, 0) + mix.get("WARPGROUP", 0) + mix.get("FMNMX", 0) + mix.get("NOP", 0)
+        assert kept >= 0.9 * sum(mix.values()), (kind, n, steps, mix)
+
+
 @pytest.mark.parametrize("key_format", ["fp8", "bf16"])
 @pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 7), (4, 4), (4, 0), (8, 0)])
 def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first_slot, tmp_path):
