@@ -420,10 +420,10 @@ FAST_SCORER = [
     Row("variant-ahead-3", _variant(blocks_ahead=3, kernel="wgmma"), ValueError, "blocks_ahead"),
     Row("variant-ahead-on-table", _variant(blocks_ahead=2, kernel="table"), ValueError, "blocks_ahead"),
     Row("variant-loads-only-on-table", _variant(loads_only=True, kernel="table"), ValueError, "loads_only"),
-    Row("variant-signless-on-table", _variant(signless=True, kernel="table"), ValueError, "signless"),
-    Row(
-        "variant-signless-loads-only", _variant(signless=True, loads_only=True, kernel="wgmma"), ValueError, "signless"
-    ),
+    Row("variant-signless-on-table", _variant(decode="signless", kernel="table"), ValueError, "decode"),
+    Row("variant-no-decode-on-table", _variant(decode="none", kernel="table"), ValueError, "decode"),
+    Row("variant-probe-loads-only", _variant(decode="signless", loads_only=True, kernel="wgmma"), ValueError, "decode"),
+    Row("variant-decode-unknown", _variant(decode="fast", kernel="wgmma"), ValueError, "decode"),
     Row("variant-ring-5", _variant(ring=5, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-float", _variant(ring=2.0, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-on-table", _variant(ring=2, kernel="table"), ValueError, "ring"),

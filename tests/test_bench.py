@@ -179,6 +179,30 @@ def _layer(context, batch, q, stock, cp, cp_score, stages, stock_top16=1.0, stoc
     }
 
 
+def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
+    """A run with the bench's no-decode probe (``decode: none``: the kernel with a free
+    decode) says in each scorer verdict what the probe reached and how much of the decode's
+    time the goal leaves there, or that no decode meets the goal there."""
+    from fast.tools.targets import judge
+
+    def row(hs, slots, frac, **variant):
+        return dict(context=131072, batch=32, hs=hs, slots=slots, of_read_ceiling=frac, us=1.0, variant=variant)
+
+    report = {
+        "checks": {"scorer": True, "cp": True, "stock": True},
+        "scorer": [row(1, 8, 0.70), row(1, 8, 0.90, decode="none"), row(4, 8, 0.50), row(4, 8, 0.68, decode="none")],
+    }
+    figures = {t["target"].split(" of the read")[0]: t["figures"] for t in judge(report)}
+    # 1 / 0.70 with the decode, 1 / 0.90 without: 1 / 0.85 leaves it (1/0.85 - 1/0.90) / (1/0.70 - 1/0.90) = 21%
+    assert figures["scorer Hs 1 >= 0.85"] == (
+        "0.70; with no decode at all 0.900 at 32 x 128K: the goal leaves the decode 21% of the time it takes there"
+    )
+    assert figures["scorer Hs 4 / 8 slots >= 0.70"] == (
+        "0.50; with no decode at all 0.680 at 32 x 128K: no decode meets the goal there"
+    )
+    assert figures["scorer Hs 4 / 4 slots >= 0.80"] == "not measured (no such point in this grid)"
+
+
 def test_targets_judge_each_target_on_the_runs_own_figures():
     """fast.targets: each of the issue's targets met, missed or not measured, on the points
     it names only (other batches, contexts and the scorer's variants do not count)."""

@@ -208,8 +208,45 @@ def test_the_signless_probe_scores_the_keys_magnitudes(heads, query_len):
         out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
         return score_variant(tile, cache, table, lens, out, first_slot=first, **probe).view(torch.int32)
 
-    assert torch.equal(scores(unsigned, signless=True), scores(unsigned))
-    assert not torch.equal(scores(signed, signless=True), scores(signed))
+    assert torch.equal(scores(unsigned, decode="signless"), scores(unsigned))
+    assert not torch.equal(scores(signed, decode="signless"), scores(signed))
+
+
+@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
+def test_the_no_decode_probe_multiplies_the_code_words_halves(heads, query_len):
+    """The bench's no-decode probe (``decode="none"``) takes the code words' 16-bit halves
+    as its fp16 operand and does the scorer's other work. On a cache whose every token holds
+    one 16-bit value v_t in all its halves (scale bytes 0: the table it XORs in is zero), every
+    dimension of a token is v_t whatever the column order, so each score must be max_t v_t
+    x sum_d q_d, exactly (small integers), where the exact scorer stores 0 — same cells
+    stored, the rest left alone (N 8, 16 and 32)."""
+    case = make_case(6, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
+    gen = torch.Generator().manual_seed(6)
+    q = torch.randint(-4, 5, case.index_q.shape, generator=gen).to(torch.float8_e4m3fn)
+    tile = query_tile(q, 2, query_len).cuda()
+    # each page's tokens: distinct small integers, a unique largest and smallest
+    values = torch.stack([torch.randperm(128, generator=gen) for _ in range(400)]) - 64  # [page, token]
+    halves = values.to(torch.float16).view(torch.int16).to(torch.int32)
+    pattern = torch.stack([halves & 0xFF, (halves >> 8) & 0xFF], dim=-1).to(torch.uint8)  # [page, token, 2]
+    cache = torch.zeros_like(case.k_cache)
+    codes = cache.view(400, -1)[:, :CODE_BYTES].view(400, PAGE, CODE_BYTES // PAGE)  # a token's code bytes
+    codes.copy_(pattern.repeat(1, 1, CODE_BYTES // PAGE // 2))
+    cache = cache.cuda()
+    table, lens = case.block_table.cuda(), case.seq_lens.cuda()
+    first = SLOTS - query_len
+
+    def scores(**probe):
+        out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
+        return score_variant(tile, cache, table, lens, out, first_slot=first, **probe).cpu()
+
+    exact, probe = scores(), scores(decode="none")
+    stored = exact != 7.0
+    assert bool(stored.any()) and bool((exact[stored] == 0).all())
+    sums = tile.float().sum(-1).view(2, SLOTS * heads).cpu()  # [request, row]: sum_d q_d
+    pages = values.double()[case.block_table.long()]  # [request, column, token]
+    best = torch.maximum(pages.amax(-1)[:, None] * sums[:, :, None], pages.amin(-1)[:, None] * sums[:, :, None])
+    assert torch.equal(probe[stored], best.float()[stored])
+    assert bool((probe[~stored] == 7.0).all())
 
 
 def test_the_loads_only_probe_stores_nothing():

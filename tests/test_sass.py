@@ -271,8 +271,8 @@ def test_the_signless_probe_drops_the_sign_step_and_nothing_else(hs, first_slot)
     MMA and load, or its row in the bench measures something else."""
     code = (
         "from fast.tools.sass import scorer_sass, instruction_mix\n"
-        "for signless in (False, True):\n"
-        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, signless=signless)\n"
+        "for decode in ('exact', 'signless'):\n"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
         "    mix = instruction_mix(text)\n"
         "    print(*(mix[op] for op in ('PRMT', 'LOP3', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS')))\n"
     )
@@ -284,6 +284,31 @@ def test_the_signless_probe_drops_the_sign_step_and_nothing_else(hs, first_slot)
     assert prmt > 0 and prmt_s * 2 == prmt, done.stdout
     assert lop3 - lop3_s == prmt // 2, done.stdout
     assert rest_s == rest, done.stdout
+
+
+@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
+def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot):
+    """The bench's no-decode probe (``decode="none"``) prices the scorer with a free decode:
+    compiled at N 8, 16 and 32 it must have no ``PRMT``, keep only the conversions outside
+    the decode (the exact kernel's ``F2FP`` less one per ``PRMT``: the decode issues 4 of
+    each per 8 codes), and issue every MMA, global and shared load and bulk copy the exact
+    kernel does (its one ``lop3`` a group keeps the scale bytes and table entries live), or
+    its row in the bench would time a kernel that reads less."""
+    code = (
+        "from fast.tools.sass import scorer_sass, instruction_mix\n"
+        "for decode in ('exact', 'none'):\n"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
+        "    mix = instruction_mix(text)\n"
+        "    print(*(mix[op] for op in ('PRMT', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS', 'UBLKCP')))\n"
+    )
+    done = _compile_only("-c", code)
+    assert done.returncode == 0, done.stderr
+    (prmt, f2fp, *rest), (prmt_n, f2fp_n, *rest_n) = (
+        list(map(int, line.split())) for line in done.stdout.split("\n")[:2]
+    )
+    assert prmt > 0 and prmt_n == 0, done.stdout
+    assert f2fp_n == f2fp - prmt, done.stdout
+    assert rest_n == rest, done.stdout
 
 
 def test_pipe_rate_loops_are_the_instruction_under_test():

@@ -16,11 +16,15 @@ widens E4M3 pairs to fp16 pairs with ``cvt`` (exact). Inline PTX exists on GPUs 
 interpreter uses the table gather of ``scorer_table.py``, and ``tests/test_gpu_scorer.py`` checks
 both paths against the reference on every (scale byte, code) pair.
 
-``GROUP_ASM_TABLED_SIGNLESS`` is the bench's timing probe, never a decode: the same asm
-without its sign step (the two sign-replicate ``prmt`` and two ``lop3`` of each 8 codes, a
-third of the decode's ALU work), so its scores are those of |k|. It prices what a decode 4
+Two timing probes for the bench, never a decode. ``GROUP_ASM_TABLED_SIGNLESS`` is the same
+asm without its sign step (the two sign-replicate ``prmt`` and two ``lop3`` of each 8 codes,
+a third of the decode's ALU work), so its scores are those of |k|: it prices what a decode 4
 ALU instructions cheaper per 8 codes would give the scorer, the pipe that bounds it at N <=
-16 (fast/tools/PERF.md).
+16 (fast/tools/PERF.md). ``GROUP_ASM_MOVES`` decodes nothing: the group's 16 fp16 are the
+code word's four 16-bit halves, each four times, the first two XORed with the table's first
+four bytes — one ``lop3`` a group, which keeps the scale bytes and their table entries
+loaded as the decode has them — so the scorer does all its work but the decode: what a free
+decode would reach, the most any decode leaves it.
 """
 
 import triton
@@ -126,6 +130,14 @@ GROUP_ASM = tl.constexpr(_group_asm(table_from_scale=True))
 GROUP_ASM_TABLED = tl.constexpr(_group_asm(table_from_scale=False))
 # The bench's probe (the module's docstring): the same without the sign step.
 GROUP_ASM_TABLED_SIGNLESS = tl.constexpr(_group_asm(table_from_scale=False, signed=False))
+# The bench's other probe (the module's docstring): output 4 i + j is the word's 16-bit half
+# j, but outputs 0 and 1 are the halves of (low word ^ the table's low word).
+GROUP_ASM_MOVES = tl.constexpr(
+    "{\n.reg .b32 wlo, whi, tlo, thi, x;\nmov.b64 {wlo, whi}, $16;\nmov.b64 {tlo, thi}, $17;\n"
+    "xor.b32 x, wlo, tlo;\nmov.b32 {$0, $1}, x;\nmov.b32 {$2, $3}, whi;\n"
+    + "".join(f"mov.b32 {{${k}, ${k + 1}}}, wlo;\nmov.b32 {{${k + 2}, ${k + 3}}}, whi;\n" for k in (4, 8, 12))
+    + "}\n"
+)
 
 
 @triton.jit

@@ -51,7 +51,7 @@ from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
-from .dequant_prmt import GROUP_ASM_TABLED, GROUP_ASM_TABLED_SIGNLESS
+from .dequant_prmt import GROUP_ASM_MOVES, GROUP_ASM_TABLED, GROUP_ASM_TABLED_SIGNLESS
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import (
     alloc_maxima,
@@ -292,12 +292,17 @@ def _load_nth_block(
 
 
 @gluon.jit
-def _dequant_fragment(codes, tables, a_layout: gl.constexpr, SIGNLESS: gl.constexpr = False):
+def _dequant_fragment(codes, tables, a_layout: gl.constexpr, DECODE: gl.constexpr = "exact"):
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time); tables: each group's
-    ``scale_tables`` entry (``_entries``). SIGNLESS: the bench's probe, |k| (the decode
-    without its sign step: ``dequant_prmt.GROUP_ASM_TABLED_SIGNLESS``)."""
-    asm: gl.constexpr = GROUP_ASM_TABLED_SIGNLESS if SIGNLESS else GROUP_ASM_TABLED
+    ``scale_tables`` entry (``_entries``). DECODE "exact" (k), or one of the bench's probes:
+    "signless" (|k|: the decode without its sign step) or "none" (the code words' 16-bit
+    halves, no decode: ``dequant_prmt``'s docstring)."""
+    asm: gl.constexpr = (
+        GROUP_ASM_TABLED
+        if DECODE == "exact"
+        else (GROUP_ASM_TABLED_SIGNLESS if DECODE == "signless" else GROUP_ASM_MOVES)
+    )
     o = gl.inline_asm_elementwise(
         asm,
         "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
@@ -349,7 +354,7 @@ def _block(
     LOADS_ONLY: gl.constexpr,
     GUARD: gl.constexpr,
     TABLES: gl.constexpr,
-    SIGNLESS: gl.constexpr,
+    DECODE: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i: the block DEPTH ahead loaded, (c0, s0)
     decoded and multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile), the
@@ -360,7 +365,7 @@ def _block(
         fold = fold ^ c0 ^ _entries(s0, tab_ptr, tab_stride, TABLES)
     else:
         run = _score_block(
-            c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES, SIGNLESS
+            c0, s0, tab_ptr, tab_stride, q_op, zeros, run, maxima, i, h, a_layout, ROWS, PARTS, TABLES, DECODE
         )
     c0, s0, c1, s1 = _advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run, fold
@@ -382,13 +387,13 @@ def _score_block(
     ROWS: gl.constexpr,
     PARTS: gl.constexpr,
     TABLES: gl.constexpr,
-    SIGNLESS: gl.constexpr,
+    DECODE: gl.constexpr,
 ):
     """Block h of page i (``codes``, ``scales``: ``_load_block``'s [64, 8]) decoded,
     multiplied by q (``q_op``: registers at ROWS = 8, else the shared tile) and folded into
-    the page's maxima (``page_maxima.page_max``); SIGNLESS: the bench's probe (|k|). Returns
+    the page's maxima (``page_maxima.page_max``); DECODE: ``_dequant_fragment``'s. Returns
     the running maximum."""
-    a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout, SIGNLESS)
+    a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout, DECODE)
     if ROWS == 8:
         acc = mma_v2(a, q_op, zeros)
     else:
@@ -441,7 +446,7 @@ def score_kernel_wgmma(
     GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
-    SIGNLESS: gl.constexpr = False,  # the bench's probe: the decode without its sign step, scores of |k|
+    DECODE: gl.constexpr = "exact",  # or the bench's probes: "signless" (scores of |k|), "none" (no decode)
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -532,7 +537,7 @@ def score_kernel_wgmma(
                         ROWS,
                         PARTS,
                         TABLES,
-                        SIGNLESS,
+                        DECODE,
                     )
                 if i + RING < PPP:
                     gl.thread_barrier()  # every warp is done with page i's slot
@@ -568,7 +573,7 @@ def score_kernel_wgmma(
                         LOADS_ONLY,
                         GUARD,
                         TABLES,
-                        SIGNLESS,
+                        DECODE,
                     )
         else:
             for i in range(PPP):
@@ -601,7 +606,7 @@ def score_kernel_wgmma(
                         LOADS_ONLY,
                         GUARD,
                         TABLES,
-                        SIGNLESS,
+                        DECODE,
                     )
         if RING > 0 or TABLES:
             page_ring.report(late, err_ptr)

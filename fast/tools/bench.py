@@ -202,7 +202,7 @@ SCORER_VARIANTS = (
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
-    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` / ``signless`` at 32 x 128K; each
+    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` and the decode probes at 32 x 128K; each
     row's µs, read GB/s and fraction of ``read_ceiling``."""
     rows = []
 
@@ -251,9 +251,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     # serve (its decode and MMA without HBM), and its loads alone (no decode, no MMA). A hot
     # time near the cold one and a loads-only one near the ceiling say compute, not memory;
     # the decode without its sign step (a third of its ALU work, scores of |k|) says what a
-    # cheaper exact decode would be worth.
+    # cheaper exact decode would be worth, and the kernel with no decode at all what a free
+    # one would: the most a decode leaves the scorer.
     for hs, q in SCORER_SHAPES:
-        for variant in (dict(hot=True), dict(loads_only=True), dict(signless=True)):
+        probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"))
+        for variant in probes:
             measure(pool, 131072, 32, hs, q, variant)
     return rows
 

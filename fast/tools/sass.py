@@ -99,7 +99,7 @@ def scorer_sass(
     lines: bool = False,
     ring: int | None = None,
     loads_only: bool = False,
-    signless: bool = False,
+    decode: str = "exact",
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -110,8 +110,8 @@ def scorer_sass(
     lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
     pages in its shared-memory ring, 0 for the register pipeline, or the MSA kernel's
     half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
-    MSA kernel's probe of its ring (``score_blocks``' loads_only); signless: the wgmma
-    kernel's probe of its decode (``variant_launch``' signless)."""
+    MSA kernel's probe of its ring (``score_blocks``' loads_only); decode: the wgmma
+    kernel's decode or a probe of it (``variant_launch``' decode)."""
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -155,7 +155,7 @@ def scorer_sass(
                 "RING": ring_pages(rows, ppp) if ring is None else ring,
                 "TABLES": shared_tables(rows),
             }
-            | ({"SIGNLESS": True} if signless else {})
+            | {"DECODE": decode}
         )
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables

@@ -22,6 +22,8 @@ from ..kernels.scorer_wgmma import max_ring, ring_pages, rows_for
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
 VARIANT_KERNELS = ("wgmma", "prmt", "table")
+# the wgmma kernel's decode, then its two timing probes (``variant_launch``'s decode)
+DECODES = ("exact", "signless", "none")
 
 
 def variant_launch(
@@ -39,7 +41,7 @@ def variant_launch(
     tokens_per_dot: int | None = None,
     num_warps: int = 4,
     loads_only: bool = False,
-    signless: bool = False,
+    decode: str = "exact",
     guard: bool = True,
     ring: int | None = None,
     tables: bool | None = None,
@@ -53,9 +55,12 @@ def variant_launch(
     wgmma kernel's registers per thread: "auto" (its policy), None (the compiler's choice)
     or 64..255. tokens_per_dot, num_warps: the prmt kernel's tokens per MMA block (64 or
     128) and warps. loads_only: the wgmma kernel's probe of its memory side — the same
-    loads, no decode, no MMA, ``out`` untouched. signless: the wgmma kernel's probe of its
-    decode — the kernel without the decode's sign step, ``out`` getting the scores of |k|
-    (never a result): what a decode 4 ALU instructions cheaper per 8 codes would reach.
+    loads, no decode, no MMA, ``out`` untouched. decode: the wgmma kernel's "exact" decode,
+    or one of its probes, ``out`` getting scores that are never a result: "signless" (the
+    decode without its sign step, scores of |k|: what a decode 4 ALU instructions cheaper
+    per 8 codes would reach) or "none" (no decode: the code words' 16-bit halves as the
+    fp16 operand, its loads, ring, MMA and maxima as they are — what a free decode would
+    reach).
     guard: False drops the wgmma kernel's
     block-id guard (the benchmark's measure of its cost; the decode always guards). ring:
     the wgmma kernel's feed — 0 the register pipeline, 1 .. MAX_RING pages through a
@@ -88,10 +93,12 @@ def variant_launch(
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
         raise ValueError(f"loads_only: the wgmma kernel's probe, not {kernel!r}'s")
-    if signless and kernel != "wgmma":
-        raise ValueError(f"signless: the wgmma kernel's probe, not {kernel!r}'s")
-    if signless and loads_only:
-        raise ValueError("signless: probes the decode, which loads_only leaves out")
+    if decode not in DECODES:
+        raise ValueError(f"decode: {decode!r} (one of {DECODES})")
+    if decode != "exact" and kernel != "wgmma":
+        raise ValueError(f"decode: {decode!r} is the wgmma kernel's probe, not {kernel!r}'s")
+    if decode != "exact" and loads_only:
+        raise ValueError(f"decode: {decode!r} probes the decode, which loads_only leaves out")
     if pages_per_program is not None and not (isinstance(pages_per_program, int) and pages_per_program >= 1):
         raise ValueError(f"pages_per_program: {pages_per_program!r} (an int >= 1)")
     if kernel != "table" and device.type != "cuda":
@@ -121,7 +128,7 @@ def variant_launch(
                 f" with {o['PPP']} pages a program (at most {most})"
             )
         o["LOADS_ONLY"] = bool(loads_only)
-        o["SIGNLESS"] = bool(signless)
+        o["DECODE"] = decode
         o["GUARD"] = bool(guard)
         if register_cap != "auto":
             o.pop("maxnreg", None)
