@@ -98,8 +98,9 @@ def _decode_room(report: dict, hs: int, slots: int, least: float) -> str:
     replaced by moves) says of the goal, as a figure's tail: the probe's fraction at its
     grid and, against the default row of that grid, the share of today's decode time the
     goal leaves — ``(1 / least - 1 / free) / (1 / default - 1 / free)`` — or, where even the
-    probe falls short, that no decode meets the goal there with this kernel's loads, MMA and
-    maxima; "" where the run has no such probe."""
+    probe falls short, that the rest of the kernel (its loads, MMA and maxima) misses the
+    goal by itself, so no decode can meet it in this kernel; "" where the run has no such
+    probe."""
     probes = [r for r in report.get("scorer", []) if r.get("variant") == {"decode": "none"}]
     probes = [r for r in probes if r["hs"] == hs and r["slots"] == slots]
     if not probes:
@@ -107,16 +108,14 @@ def _decode_room(report: dict, hs: int, slots: int, least: float) -> str:
     free = probes[0]
     grid = f"{free['batch']} x {_context(free['context'])}"
     default = _scorer_rows(report, hs=hs, slots=slots, batch=free["batch"], context=free["context"])
+    head = f"; with no decode at all {free['of_read_ceiling']:.3f} at {grid}"
     if free["of_read_ceiling"] < least:
-        return f"; with no decode at all {free['of_read_ceiling']:.3f} at {grid}: no decode meets the goal there"
+        return head + ": the rest of the kernel alone misses the goal"
     if not default or default[0]["of_read_ceiling"] >= free["of_read_ceiling"]:
-        return f"; with no decode at all {free['of_read_ceiling']:.3f} at {grid}"
+        return head
     spent = 1 / default[0]["of_read_ceiling"] - 1 / free["of_read_ceiling"]
     room = (1 / least - 1 / free["of_read_ceiling"]) / spent
-    return (
-        f"; with no decode at all {free['of_read_ceiling']:.3f} at {grid}: the goal leaves the decode"
-        f" {room:.0%} of the time it takes there"
-    )
+    return head + f": the goal leaves the decode {room:.0%} of the time it takes there"
 
 
 def _same_bytes(rows: list[dict]) -> str:
