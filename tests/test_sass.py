@@ -263,27 +263,33 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
 
+def _decode_mix(hs: int, first_slot: int, decode: str, ops: tuple[str, ...]) -> tuple[list[int], list[int]]:
+    """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
+    the decodes launch it) with the exact decode and with probe ``decode``."""
+    code = (
+        "from fast.tools.sass import scorer_sass, instruction_mix\n"
+        f"for decode in ('exact', {decode!r}):\n"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
+        "    mix = instruction_mix(text)\n"
+        f"    print(*(mix[op] for op in {ops!r}))\n"
+    )
+    done = _compile_only("-c", code)
+    assert done.returncode == 0, done.stderr
+    exact, probe = (list(map(int, line.split())) for line in done.stdout.split("\n")[:2])
+    return exact, probe
+
+
 @pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
 def test_the_signless_probe_drops_the_sign_step_and_nothing_else(hs, first_slot):
     """The bench's ``signless`` probe prices a decode cheaper by the sign step (two
     sign-replicate ``prmt`` and two ``lop3`` per 8 codes): compiled at N 8, 16 and 32 it must
     lose exactly those — half the ``PRMT``, as many ``LOP3`` — and keep every conversion,
     MMA and load, or its row in the bench measures something else."""
-    code = (
-        "from fast.tools.sass import scorer_sass, instruction_mix\n"
-        "for decode in ('exact', 'signless'):\n"
-        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
-        "    mix = instruction_mix(text)\n"
-        "    print(*(mix[op] for op in ('PRMT', 'LOP3', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS')))\n"
-    )
-    done = _compile_only("-c", code)
-    assert done.returncode == 0, done.stderr
-    (prmt, lop3, *rest), (prmt_s, lop3_s, *rest_s) = (
-        list(map(int, line.split())) for line in done.stdout.split("\n")[:2]
-    )
-    assert prmt > 0 and prmt_s * 2 == prmt, done.stdout
-    assert lop3 - lop3_s == prmt // 2, done.stdout
-    assert rest_s == rest, done.stdout
+    ops = ("PRMT", "LOP3", "F2FP", "HMMA", "HGMMA", "LDG", "LDS")
+    (prmt, lop3, *rest), (prmt_s, lop3_s, *rest_s) = _decode_mix(hs, first_slot, "signless", ops)
+    assert prmt > 0 and prmt_s * 2 == prmt, (prmt, prmt_s)
+    assert lop3 - lop3_s == prmt // 2, (lop3, lop3_s, prmt)
+    assert rest_s == rest, (rest, rest_s)
 
 
 @pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
@@ -294,21 +300,11 @@ def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot)
     each per 8 codes), and issue every MMA, global and shared load and bulk copy the exact
     kernel does (its one ``lop3`` a group keeps the scale bytes and table entries live), or
     its row in the bench would time a kernel that reads less."""
-    code = (
-        "from fast.tools.sass import scorer_sass, instruction_mix\n"
-        "for decode in ('exact', 'none'):\n"
-        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
-        "    mix = instruction_mix(text)\n"
-        "    print(*(mix[op] for op in ('PRMT', 'F2FP', 'HMMA', 'HGMMA', 'LDG', 'LDS', 'UBLKCP')))\n"
-    )
-    done = _compile_only("-c", code)
-    assert done.returncode == 0, done.stderr
-    (prmt, f2fp, *rest), (prmt_n, f2fp_n, *rest_n) = (
-        list(map(int, line.split())) for line in done.stdout.split("\n")[:2]
-    )
-    assert prmt > 0 and prmt_n == 0, done.stdout
-    assert f2fp_n == f2fp - prmt, done.stdout
-    assert rest_n == rest, done.stdout
+    ops = ("PRMT", "F2FP", "HMMA", "HGMMA", "LDG", "LDS", "UBLKCP")
+    (prmt, f2fp, *rest), (prmt_n, f2fp_n, *rest_n) = _decode_mix(hs, first_slot, "none", ops)
+    assert prmt > 0 and prmt_n == 0, (prmt, prmt_n)
+    assert f2fp_n == f2fp - prmt, (f2fp, f2fp_n, prmt)
+    assert rest_n == rest, (rest, rest_n)
 
 
 def test_pipe_rate_loops_are_the_instruction_under_test():
