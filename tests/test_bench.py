@@ -192,13 +192,16 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
         "checks": {"scorer": True, "cp": True, "stock": True},
         "scorer": [row(1, 8, 0.70), row(1, 8, 0.90, decode="none"), row(4, 8, 0.50), row(4, 8, 0.68, decode="none")],
     }
+    big = dict(row(1, 8, 0.75), context=1048576, batch=8)
+    report["scorer"] += [big, dict(big, of_read_ceiling=0.80, variant={"decode": "none"})]
     figures = {t["target"].split(" of the read")[0]: t["figures"] for t in judge(report)}
     # 1 / 0.70 with the decode, 1 / 0.90 without: 1 / 0.85 leaves it (1/0.85 - 1/0.90) / (1/0.70 - 1/0.90) = 21%
     assert figures["scorer Hs 1 >= 0.85"] == (
-        "0.70; with no decode at all 0.900 at 32 x 128K: the goal leaves the decode 21% of the time it takes there"
+        "0.70-0.75; with no decode at all 0.900 at 32 x 128K (the goal leaves the decode 21% of its time),"
+        " 0.800 at 8 x 1M (the rest of the kernel alone misses the goal)"
     )
     assert figures["scorer Hs 4 / 8 slots >= 0.70"] == (
-        "0.50; with no decode at all 0.680 at 32 x 128K: the rest of the kernel alone misses the goal"
+        "0.50; with no decode at all 0.680 at 32 x 128K (the rest of the kernel alone misses the goal)"
     )
     assert figures["scorer Hs 4 / 4 slots >= 0.80"] == "not measured (no such point in this grid)"
 

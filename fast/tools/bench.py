@@ -202,7 +202,8 @@ SCORER_VARIANTS = (
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
-    Gaussian keys at batch 32, and ``hot`` / ``loads_only`` and the decode probes at 32 x 128K; each
+    Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K, and
+    the no-decode probe at 8 x 1M too (where the grid has it); each
     row's µs, read GB/s and fraction of ``read_ceiling``."""
     rows = []
 
@@ -257,6 +258,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"))
         for variant in probes:
             measure(pool, 131072, 32, hs, q, variant)
+    # The no-decode probe on a large grid as well, where the goals are within a bare read's
+    # reach: the targets weigh each goal against it at both grids.
+    if 1048576 in contexts and 8 in batches:
+        for hs, q in SCORER_SHAPES:
+            measure(pool, 1048576, 8, hs, q, dict(decode="none"))
     return rows
 
 

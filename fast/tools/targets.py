@@ -95,27 +95,28 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
 
 def _decode_room(report: dict, hs: int, slots: int, least: float) -> str:
     """What the bench's no-decode probe (``decode: none``, the kernel with its decode
-    replaced by moves) says of the goal, as a figure's tail: the probe's fraction at its
-    grid and, against the default row of that grid, the share of today's decode time the
+    replaced by moves) says of the goal, as a figure's tail: at each grid it ran, its
+    fraction and, against that grid's default row, the share of today's decode time the
     goal leaves — ``(1 / least - 1 / free) / (1 / default - 1 / free)`` — or, where even the
     probe falls short, that the rest of the kernel (its loads, MMA and maxima) misses the
     goal by itself, so no decode can meet it in this kernel; "" where the run has no such
     probe."""
     probes = [r for r in report.get("scorer", []) if r.get("variant") == {"decode": "none"}]
-    probes = [r for r in probes if r["hs"] == hs and r["slots"] == slots]
-    if not probes:
-        return ""
-    free = probes[0]
-    grid = f"{free['batch']} x {_context(free['context'])}"
-    default = _scorer_rows(report, hs=hs, slots=slots, batch=free["batch"], context=free["context"])
-    head = f"; with no decode at all {free['of_read_ceiling']:.3f} at {grid}"
-    if free["of_read_ceiling"] < least:
-        return head + ": the rest of the kernel alone misses the goal"
-    if not default or default[0]["of_read_ceiling"] >= free["of_read_ceiling"]:
-        return head
-    spent = 1 / default[0]["of_read_ceiling"] - 1 / free["of_read_ceiling"]
-    room = (1 / least - 1 / free["of_read_ceiling"]) / spent
-    return head + f": the goal leaves the decode {room:.0%} of the time it takes there"
+    probes = sorted(
+        (r for r in probes if r["hs"] == hs and r["slots"] == slots), key=lambda r: (r["context"], r["batch"])
+    )
+    parts = []
+    for free in probes:
+        part = f"{free['of_read_ceiling']:.3f} at {free['batch']} x {_context(free['context'])}"
+        default = _scorer_rows(report, hs=hs, slots=slots, batch=free["batch"], context=free["context"])
+        if free["of_read_ceiling"] < least:
+            part += " (the rest of the kernel alone misses the goal)"
+        elif default and default[0]["of_read_ceiling"] < free["of_read_ceiling"]:
+            spent = 1 / default[0]["of_read_ceiling"] - 1 / free["of_read_ceiling"]
+            room = (1 / least - 1 / free["of_read_ceiling"]) / spent
+            part += f" (the goal leaves the decode {room:.0%} of its time)"
+        parts.append(part)
+    return "; with no decode at all " + ", ".join(parts) if parts else ""
 
 
 def _same_bytes(rows: list[dict]) -> str:
