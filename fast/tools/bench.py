@@ -202,9 +202,9 @@ SCORER_VARIANTS = (
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
-    Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K, and
-    the no-decode probe at 8 x 1M too (where the grid has it); each
-    row's µs, read GB/s and fraction of ``read_ceiling``."""
+    Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K,
+    and the no-decode probe at 8 x 1M too (where the grid has it); each row's µs, read GB/s
+    and fraction of ``read_ceiling``."""
     rows = []
 
     def measure(
