@@ -205,6 +205,25 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
     )
     assert figures["scorer Hs 4 / 4 slots >= 0.80"] == "not measured (no such point in this grid)"
 
+    # the MSA verdicts weigh a missed shape against its ring alone (loads_only) the same way
+    def msa(hs, slots, frac, **variant):
+        return dict(format="fp8", context=131072, batch=32, hs=hs, slots=slots, of_read_ceiling=frac, variant=variant)
+
+    report["msa_scorer"] = [
+        msa(1, 8, 0.92),
+        msa(1, 8, 0.95, loads_only=True),  # the shape meets the goal: no word on it
+        msa(4, 8, 0.86),
+        msa(4, 8, 0.89, loads_only=True),
+        msa(4, 4, 0.88),
+        msa(4, 4, 0.95, loads_only=True),
+    ]
+    fp8 = next(t["figures"] for t in judge(report) if t["target"].startswith("MSA scorer, fp8"))
+    # (1/0.90 - 1/0.95) / (1/0.88 - 1/0.95) = 0.0585 / 0.0837 = 70%
+    assert fp8.endswith(
+        "; its ring alone Hs 4 / 8 slots 0.890 at 32 x 128K (the ring alone misses the goal),"
+        " Hs 4 / 4 slots 0.950 at 32 x 128K (the goal leaves the kernel's work 70% of its time)"
+    )
+
 
 def test_targets_judge_each_target_on_the_runs_own_figures():
     """fast.targets: each of the issue's targets met, missed or not measured, on the points

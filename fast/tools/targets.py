@@ -96,27 +96,56 @@ def _scorer(report: dict, hs: int, slots: int, least: float) -> dict:
 def _decode_room(report: dict, hs: int, slots: int, least: float) -> str:
     """What the bench's no-decode probe (``decode: none``, the kernel with its decode
     replaced by moves) says of the goal, as a figure's tail: at each grid it ran, its
-    fraction and, against that grid's default row, the share of today's decode time the
-    goal leaves — ``(1 / least - 1 / free) / (1 / default - 1 / free)`` — or, where even the
-    probe falls short, that the rest of the kernel (its loads, MMA and maxima) misses the
+    fraction and, against that grid's default row, the share of today's decode time the goal
+    leaves (``_room``), or that the rest of the kernel (its loads, MMA and maxima) misses the
     goal by itself, so no decode can meet it in this kernel; "" where the run has no such
     probe."""
-    probes = [r for r in report.get("scorer", []) if r.get("variant") == {"decode": "none"}]
-    probes = sorted(
-        (r for r in probes if r["hs"] == hs and r["slots"] == slots), key=lambda r: (r["context"], r["batch"])
-    )
+    probes = [
+        r
+        for r in report.get("scorer", [])
+        if r.get("variant") == {"decode": "none"} and r["hs"] == hs and r["slots"] == slots
+    ]
     parts = []
-    for free in probes:
-        part = f"{free['of_read_ceiling']:.3f} at {free['batch']} x {_context(free['context'])}"
+    for free in sorted(probes, key=lambda r: (r["context"], r["batch"])):
         default = _scorer_rows(report, hs=hs, slots=slots, batch=free["batch"], context=free["context"])
-        if free["of_read_ceiling"] < least:
-            part += " (the rest of the kernel alone misses the goal)"
-        elif default and default[0]["of_read_ceiling"] < free["of_read_ceiling"]:
-            spent = 1 / default[0]["of_read_ceiling"] - 1 / free["of_read_ceiling"]
-            room = (1 / least - 1 / free["of_read_ceiling"]) / spent
-            part += f" (the goal leaves the decode {room:.0%} of its time)"
-        parts.append(part)
+        room = _room(free, default, least, "the rest of the kernel", "the decode")
+        parts.append(f"{free['of_read_ceiling']:.3f} at {free['batch']} x {_context(free['context'])}{room}")
     return "; with no decode at all " + ", ".join(parts) if parts else ""
+
+
+def _feed_room(report: dict, fmt: str, rows: list[dict]) -> str:
+    """What the MSA scorer's ring alone (``loads_only``: its copies and reads, no
+    conversion, MMA or maxima) says of the goal, for the shapes whose default row misses it
+    at the probe's grid, as a figure's tail: the ring's fraction and the share of the time
+    the kernel's work adds that the goal leaves it (``_room``), or that the ring alone misses
+    the goal; "" where no such shape or probe is in the run."""
+    parts = []
+    for feed in report.get("msa_scorer", []):
+        if feed["format"] != fmt or feed.get("variant") != {"loads_only": True}:
+            continue
+        where = (feed["hs"], feed["slots"], feed["batch"], feed["context"])
+        default = [r for r in rows if (r["hs"], r["slots"], r["batch"], r["context"]) == where]
+        if not default or default[0]["of_read_ceiling"] >= MSA_SCORER_GOAL:
+            continue
+        room = _room(feed, default, MSA_SCORER_GOAL, "the ring", "the kernel's work")
+        grid = f"{feed['batch']} x {_context(feed['context'])}"
+        parts.append(f"{_shape(feed['hs'], feed['slots'])} {feed['of_read_ceiling']:.3f} at {grid}{room}")
+    return "; its ring alone " + ", ".join(parts) if parts else ""
+
+
+def _room(probe: dict, default: list[dict], least: float, rest: str, part: str) -> str:
+    """A probe row's word on a goal ``least``: " (``rest`` alone misses the goal)" where the
+    probe — the kernel less ``part`` — falls short of it, else the share of the time ``part``
+    takes (the default row's time less the probe's, in units of bytes over the ceiling) that
+    the goal leaves it, ``(1 / least - 1 / probe) / (1 / default - 1 / probe)``; "" without a
+    default row slower than the probe."""
+    free = probe["of_read_ceiling"]
+    if free < least:
+        return f" ({rest} alone misses the goal)"
+    if not default or default[0]["of_read_ceiling"] >= free:
+        return ""
+    spent = 1 / default[0]["of_read_ceiling"] - 1 / free
+    return f" (the goal leaves {part} {(1 / least - 1 / free) / spent:.0%} of its time)"
 
 
 def _same_bytes(rows: list[dict]) -> str:
@@ -274,6 +303,6 @@ def _msa_scorer(report: dict, fmt: str) -> dict:
     )
     return _verdict(
         target,
-        spans + _same_bytes(rows) + _reach(rows, MSA_SCORER_GOAL),
+        spans + _same_bytes(rows) + _reach(rows, MSA_SCORER_GOAL) + _feed_room(report, fmt, rows),
         min(r["of_read_ceiling"] for r in rows) >= MSA_SCORER_GOAL,
     )
