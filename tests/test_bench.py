@@ -194,6 +194,8 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
     }
     big = dict(row(1, 8, 0.75), context=1048576, batch=8)
     report["scorer"] += [big, dict(big, of_read_ceiling=0.80, variant={"decode": "none"})]
+    met = dict(row(4, 1, 0.86), context=1048576, batch=8)
+    report["scorer"] += [met, dict(met, of_read_ceiling=0.95, variant={"decode": "none"})]
     figures = {t["target"].split(" of the read")[0]: t["figures"] for t in judge(report)}
     # 1 / 0.70 with the decode, 1 / 0.90 without: 1 / 0.85 leaves it (1/0.85 - 1/0.90) / (1/0.70 - 1/0.90) = 21%
     assert figures["scorer Hs 1 >= 0.85"] == (
@@ -204,6 +206,9 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
         "0.50; with no decode at all 0.680 at 32 x 128K (the rest of the kernel alone misses the goal)"
     )
     assert figures["scorer Hs 4 / 4 slots >= 0.80"] == "not measured (no such point in this grid)"
+    assert figures["scorer Hs 4 / 1 slot >= 0.85"] == (
+        "0.86; with no decode at all 0.950 at 8 x 1M (met with the decode as it is)"
+    )
 
     # the MSA verdicts weigh a missed shape against its ring alone (loads_only) the same way
     def msa(hs, slots, frac, **variant):

@@ -138,12 +138,15 @@ def _room(probe: dict, default: list[dict], least: float, rest: str, part: str) 
     probe — the kernel less ``part`` — falls short of it, else the share of the time ``part``
     takes (the default row's time less the probe's, in units of bytes over the ceiling) that
     the goal leaves it, ``(1 / least - 1 / probe) / (1 / default - 1 / probe)``; "" without a
-    default row slower than the probe."""
+    default row slower than the probe; " (met with ``part`` as it is)" where the default row
+    meets the goal already."""
     free = probe["of_read_ceiling"]
     if free < least:
         return f" ({rest} alone misses the goal)"
     if not default or default[0]["of_read_ceiling"] >= free:
         return ""
+    if default[0]["of_read_ceiling"] >= least:
+        return f" (met with {part} as it is)"
     spent = 1 / default[0]["of_read_ceiling"] - 1 / free
     return f" (the goal leaves {part} {(1 / least - 1 / free) / spent:.0%} of its time)"
 
