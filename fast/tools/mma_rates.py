@@ -37,6 +37,8 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from indexer_constants import PAGE, PAGE_BYTES
 
+from .timing import ceilings, launch_ns
+
 ITERS = 2048  # steps a program: ~0.1-1 ms a launch, no launch overhead in the rate
 TOKENS = 64  # M: one step's tokens (a warpgroup's)
 DIM = 128  # K: the head dimension
@@ -123,16 +125,7 @@ def rates(device: torch.device, reps: int = 10) -> dict[tuple[str, int, bool, in
         for per_sm in PROGRAMS_PER_SM:
             programs = sms * per_sm
             out = torch.empty(programs, dtype=torch.float32, device=device)
-            _launch(kind, n, fresh, out, programs)  # compile, warm
-            times = []
-            for _ in range(reps):
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                _launch(kind, n, fresh, out, programs)
-                stop.record()
-                stop.synchronize()
-                times.append(start.elapsed_time(stop) * 1e6)  # ns
-            ns = sorted(times)[reps // 2]
+            ns = launch_ns(lambda: _launch(kind, n, fresh, out, programs), reps)
             macs = programs * ITERS * _steps(kind) * TOKENS * DIM * n
             result[(kind, n, fresh, per_sm)] = macs / sms / ns
     return result
@@ -178,8 +171,6 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("error: no CUDA GPU (--compile-only works anywhere)")
         return 2
-    from .timing import ceilings
-
     device = torch.device("cuda")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
     ceiling = ceilings(device)["stream_read_GBps"]

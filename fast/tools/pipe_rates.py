@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .timing import launch_ns
+
 CHAINS = 8
 ITERS = 16384  # trips of the timed loop, each one instruction per chain (~1 ms a launch: no overhead)
 THREADS = 256
@@ -57,16 +59,7 @@ def rates(device: torch.device, reps: int = 20) -> dict[str, float]:
     out = torch.empty(blocks * THREADS, dtype=torch.int32, device=device)
     result = {}
     for step in STEPS:
-        _launch(step, out, blocks)  # compile, warm
-        times = []
-        for _ in range(reps):
-            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            _launch(step, out, blocks)
-            stop.record()
-            stop.synchronize()
-            times.append(start.elapsed_time(stop) * 1e6)  # ns
-        ns = sorted(times)[reps // 2]
+        ns = launch_ns(lambda step=step: _launch(step, out, blocks), reps)
         warp_instructions = blocks * (THREADS // 32) * ITERS * CHAINS
         result[step] = warp_instructions / sms / ns
     return result

@@ -44,6 +44,23 @@ def graph_time_us(fn, calls: int, reps: int = 10) -> float:
     return times[len(times) // 2]
 
 
+def launch_ns(fn, reps: int) -> float:
+    """Median ns of ``fn()`` launched plainly, each launch timed by CUDA events (after a
+    warm-up launch that also compiles): for kernels long enough (~0.1 ms and up) that the
+    launch does not count, where a graph would add nothing."""
+    fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e6)
+    times.sort()
+    return times[reps // 2]
+
+
 @triton.jit
 def _read_kernel(x_ptr, out_ptr, n_words, BLOCK: tl.constexpr, ITERS: tl.constexpr):
     """Streams ITERS blocks of int32 words per program; one xor per word, one store."""
