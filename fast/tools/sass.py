@@ -142,21 +142,18 @@ def scorer_sass(
     elif kernel == "wgmma":
         rows = mma_rows(live)
         ppp = pages or long_row_pages(rows)
-        constexprs = (
-            common
-            | {
-                "ROWS": rows,
-                "PPP": ppp,
-                "DEPTH": depth or WGMMA_DEPTH,
-                "PREFETCH": pdl,
-                "RELEASE": False,
-                "PARTS": partial_maxima(rows, ppp),
-                "RECORD": False,
-                "RING": ring_pages(rows, ppp) if ring is None else ring,
-                "TABLES": shared_tables(rows),
-            }
-            | {"DECODE": decode}
-        )
+        constexprs = common | {
+            "ROWS": rows,
+            "PPP": ppp,
+            "DEPTH": depth or WGMMA_DEPTH,
+            "PREFETCH": pdl,
+            "RELEASE": False,
+            "PARTS": partial_maxima(rows, ppp),
+            "RECORD": False,
+            "RING": ring_pages(rows, ppp) if ring is None else ring,
+            "TABLES": shared_tables(rows),
+            "DECODE": decode,
+        }
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         src = _source(score_kernel_wgmma, {k: v for k, v in fields if k != "TOK"}, constexprs)

@@ -60,11 +60,10 @@ def variant_launch(
     decode without its sign step, scores of |k|: what a decode 4 ALU instructions cheaper
     per 8 codes would reach) or "none" (no decode: the code words' 16-bit halves as the
     fp16 operand, its loads, ring, MMA and maxima as they are — what a free decode would
-    reach).
-    guard: False drops the wgmma kernel's
-    block-id guard (the benchmark's measure of its cost; the decode always guards). ring:
-    the wgmma kernel's feed — 0 the register pipeline, 1 .. MAX_RING pages through a
-    shared-memory ring (``page_ring.py``), None its policy. tables: the wgmma kernel's
+    reach). guard: False drops the wgmma kernel's block-id guard (the benchmark's measure
+    of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the register
+    pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``), None its
+    policy. tables: the wgmma kernel's
     scale table copied into shared memory (True) or gathered from global memory (False),
     None its policy (loads_only: from global memory). error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
