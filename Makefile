@@ -67,7 +67,7 @@ fuzz-smoke: $(ENV)
 	$(PY) -m fuzz smoke --seed 0
 
 # The mutation campaign: every planted bug of fuzz/campaign.py in its own copy of the tree,
-# its fast tiers and its fuzz smoke against it; a table and the kill rate (about 20 minutes
+# its fast tiers and its fuzz smoke against it; a table and the kill rate (about 15 minutes
 # on 2 cores; docs/CAMPAIGN.md). mutants-ci: the day's two bugs of its CI pool (CI runs it).
 mutants: $(ENV)
 	$(PY) -m fuzz mutants
