@@ -61,7 +61,16 @@ def pytest_report_header(config):
     return f"backend: {BACKEND} (GPUs: {gpu_count()}{where}); hypothesis profile: {settings().max_examples} examples"
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
+    """The GPU tiers' skips where no GPU (or one) is visible, then ``--shard``: run last, so
+    a shard is taken of what -m / -k left selected."""
+    _skip_missing_gpus(items)
+    if config.getoption("--shard") is not None:
+        _keep_shard(config, items, *_shard(config.getoption("--shard")))
+
+
+def _skip_missing_gpus(items):
     gpus = gpu_count()
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
     skip_multi = pytest.mark.skip(reason=f"needs 2+ CUDA GPUs; {gpus} visible")
@@ -70,6 +79,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
         if "multigpu" in item.keywords and gpus < 2:
             item.add_marker(skip_multi)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only every N-th selected test from the K-th (0 <= K < N): a tier split over N runs"
+        " that together run each selected test once (a lent GPU's calls are time-limited)",
+    )
+
+
+def _shard(value: str) -> tuple[int, int]:
+    """``--shard``'s "K/N" as (K, N), or a usage error naming the option."""
+    k, _, n = value.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise pytest.UsageError(f"--shard: {value!r} (K/N with 0 <= K < N, e.g. 0/2)")
+    return int(k), int(n)
+
+
+def _keep_shard(config, items, k: int, n: int):
+    """Keep the tests whose place among ``items`` is K mod N (interleaved, so each shard
+    takes a share of every file); the rest are reported deselected."""
+    kept = [item for i, item in enumerate(items) if i % n == k]
+    dropped = [item for i, item in enumerate(items) if i % n != k]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
 
 
 def pytest_sessionfinish(session):

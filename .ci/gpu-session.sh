@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
 # at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case arms below;
-# test-units + test-ranks are make test's two steps). Never multicast (docs/DESIGN.md §8).
+# test-units + test-ranks are make test's two steps, test-units-0 + test-units-1 the first
+# in halves). Never multicast (docs/DESIGN.md §8).
 # A lent machine's copy of the tree may carry an older .git than its files: pass
 # BENCH_COMMIT=<hash> (the bench report's commit) where the bench stages run.
 set -u
@@ -24,6 +25,9 @@ for s in "$@"; do
     dequant) stage dequant 300 "python3 -m pytest -q -x tests/test_gpu_scorer.py" ;;
     test) stage test 900 "make test" ;;
     test-units) stage test-units 580 "python3 -m pytest -n auto -q -m 'not multirank and not slow'" ;;
+    # the same tier in two halves (conftest.py's --shard), each well inside a 600-s call:
+    # whole, it has outgrown one on a single H200
+    test-units-0|test-units-1) stage "$s" 540 "python3 -m pytest -n auto -q -m 'not multirank and not slow' --shard ${s#test-units-}/2" ;;
     test-gpu) stage test-gpu 600 "python3 -m pytest -q -n 8 tests/test_gpu_scorer.py tests/test_gpu_graphs.py tests/test_scorer.py tests/test_select_levels.py tests/test_warp_select.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_bad_inputs.py tests/test_guards.py" ;;
     msa) stage msa 400 "python3 -m pytest -q -n 4 tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_reference.py tests/test_stock_decode.py tests/test_bench.py -p no:cacheprovider" ;;
     msa-cp) stage msa-cp 240 "python3 -m pytest -q -n 4 tests/test_msa_cp_one_rank.py tests/test_cp_fallback.py tests/test_sass.py tests/test_bench.py tests/test_cp_one_rank.py tests/test_gpu_graphs.py tests/test_msa_stock.py tests/test_bad_inputs.py -p no:cacheprovider" ;;
