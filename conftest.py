@@ -1,5 +1,5 @@
-"""Test-wide setup: the GPU each xdist worker uses, the Triton backend, Hypothesis profiles
-and the GPU-tier markers."""
+"""Test-wide setup: the GPU each xdist worker uses, the Triton backend, Hypothesis profiles,
+the GPU-tier markers and ``--shard`` (a tier split over several runs)."""
 
 import os
 import shutil
@@ -63,11 +63,12 @@ def pytest_report_header(config):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    """The GPU tiers' skips where no GPU (or one) is visible, then ``--shard``: run last, so
-    a shard is taken of what -m / -k left selected."""
+    """The GPU tiers' skips where no GPU (or only one, for the multi-GPU tests) is visible,
+    then ``--shard``: run last, so a shard is taken of what -m / -k left selected."""
     _skip_missing_gpus(items)
-    if config.getoption("--shard") is not None:
-        _keep_shard(config, items, *_shard(config.getoption("--shard")))
+    shard = config.getoption("--shard")
+    if shard is not None:
+        _keep_shard(config, items, *_shard(shard))
 
 
 def _skip_missing_gpus(items):
