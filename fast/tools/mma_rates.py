@@ -29,7 +29,6 @@ import argparse
 import collections
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -141,19 +140,10 @@ def page_cap(macs_per_ns_sm: float, n: int, key_bytes: int, sms: int, ceiling_gb
 
 def compiled_mix(kind: str, n: int, fresh: bool) -> collections.Counter:
     """Opcode -> count in the timed loop of the (kind, N) kernel, compiled for sm_90 here."""
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    from .sass import disassemble, main_loop_mix
+    from .sass import kernel_loop_mix
 
     constexprs = {"ITERS": ITERS, "N": n, "WGMMA": kind == "wgmma", "FRESH": fresh}
-    src = GluonASTSource(
-        fn=_mma_steps_kernel,
-        signature={"out_ptr": "*fp32"} | {k: "constexpr" for k in constexprs},
-        constexprs=constexprs,
-    )
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
-    return main_loop_mix(disassemble(kernel.asm["cubin"]))
+    return kernel_loop_mix(_mma_steps_kernel, {"out_ptr": "*fp32"}, constexprs, 4)
 
 
 def main(argv=None) -> int:

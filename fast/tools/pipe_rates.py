@@ -67,18 +67,11 @@ def rates(device: torch.device, reps: int = 20) -> dict[str, float]:
 
 def compiled_mix(step: str) -> collections.Counter:
     """Opcode -> count in the timed loop of ``step``'s kernel, compiled for sm_90 here."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from .sass import kernel_loop_mix
 
-    from .sass import disassemble, main_loop_mix
-
-    src = ASTSource(
-        fn=_chains_kernel,
-        signature={"out_ptr": "*i32", "seed": "i32"} | {k: "constexpr" for k in ("ITERS", "STEP", "CHAINS", "THREADS")},
-        constexprs={"ITERS": ITERS, "STEP": STEPS[step], "CHAINS": CHAINS, "THREADS": THREADS},
-    )
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": THREADS // 32})
-    return main_loop_mix(disassemble(kernel.asm["cubin"]), mma=False)
+    signature = {"out_ptr": "*i32", "seed": "i32"}
+    constexprs = {"ITERS": ITERS, "STEP": STEPS[step], "CHAINS": CHAINS, "THREADS": THREADS}
+    return kernel_loop_mix(_chains_kernel, signature, constexprs, THREADS // 32, mma=False)
 
 
 def main(argv=None) -> int:

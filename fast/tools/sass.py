@@ -165,7 +165,7 @@ def scorer_sass(
         # a bench variant without the guard's operands
         signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
         src = _source(score_kernel_prmt, signature, constexprs)
-    kernel = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": num_warps} | options)
+    kernel = _sm90(src, num_warps, options)
     # cuobjdump's SHARED is the static shared memory (the page ring's arrays among it);
     # Triton's metadata holds the dynamic size the launch asks for
     usage = f"{_resources(kernel.asm['cubin'])} DYNAMIC:{kernel.metadata.shared}"
@@ -223,6 +223,11 @@ def launch_defaults(fn, constexprs: dict) -> dict:
     return {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
 
 
+def _sm90(src, warps: int, options: dict | None = None):
+    """Compile source ``src`` (``_source``) for sm_90 on ``warps`` warps, here: no GPU needed."""
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps} | (options or {}))
+
+
 def _source(fn, signature: dict, constexprs: dict, attrs: dict | None = None):
     """The compile source of kernel ``fn`` (Gluon's or Triton's) as a launch builds it: its
     run-time ``signature``, ``constexprs`` with every one left out at its default
@@ -245,9 +250,7 @@ def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tupl
         attrs = _aligned(signature) | {
             (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in divisible
         }
-    return triton.compile(
-        _source(fn, signature, constexprs, attrs), target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}
-    )
+    return _sm90(_source(fn, signature, constexprs, attrs), warps)
 
 
 def compile_kernels() -> list[str]:
@@ -465,6 +468,14 @@ def main_loop_mix(sass: str, mma: bool = True) -> collections.Counter:
     the listing has no such loop (the scorer at N = 8: its pages unrolled)."""
     lines = sass.splitlines()
     return collections.Counter(op.group(1) for i in main_loop_span(sass, mma) if (op := _OP.match(lines[i])))
+
+
+def kernel_loop_mix(fn, signature: dict, constexprs: dict, warps: int, mma: bool = True) -> collections.Counter:
+    """``main_loop_mix`` of kernel ``fn`` (Gluon's or Triton's) compiled for sm_90 here on
+    ``warps`` warps: ``signature`` its run-time arguments, ``constexprs`` the rest, no
+    pointer taken as aligned. The rate tools' check that a timed loop is what it times."""
+    kernel = _sm90(_source(fn, signature, constexprs, attrs={}), warps)
+    return main_loop_mix(disassemble(kernel.asm["cubin"]), mma)
 
 
 # The wgmma scorer's parts (the budget table of fast/tools/PERF.md), by the function whose
