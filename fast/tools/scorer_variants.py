@@ -63,11 +63,10 @@ def variant_launch(
     reach). guard: False drops the wgmma kernel's block-id guard (the benchmark's measure
     of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the register
     pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``), None its
-    policy. tables: the wgmma kernel's
-    scale table copied into shared memory (True) or gathered from global memory (False),
-    None its policy (loads_only: from global memory). error: an error record
-    (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
-    timeout to. None where there is nothing to score.
+    policy. tables: the wgmma kernel's scale table copied into shared memory (True) or
+    gathered from global memory (False), None its policy (loads_only: from global memory).
+    error: an error record (``fast.errors.new_record``) the wgmma and table kernels write a
+    bad id or a ring timeout to. None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
