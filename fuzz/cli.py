@@ -9,8 +9,6 @@ import sys
 from .runner import parse_example, replay, run_campaign
 from .targets import TARGETS
 
-DEFAULT_MINUTES = {"reference": 3, "kernels": 2, "protocol": 2, "stock": 1.5, "inputs": 1.5}  # ~10 min
-
 
 def _report(result) -> bool:
     rate = result.examples / max(result.seconds, 1e-9)
@@ -24,6 +22,30 @@ def _report(result) -> bool:
     return True
 
 
+def _positive(kind):
+    """An argparse type: a number of ``kind`` above zero (a budget of none would mean the
+    default, silently)."""
+
+    def parse(text: str):
+        value = kind(text)
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its message for a bad literal
+    return parse
+
+
+def all_plans(minutes: float | None = None, examples: int | None = None) -> list[tuple[str, dict]]:
+    """``python -m fuzz all``'s campaigns, one a target: each target's ``minutes`` share
+    (``Target.minutes``, ~10 minutes in all), scaled so that the shares add up to
+    ``minutes`` where given; ``examples`` runs that many of each instead."""
+    if examples:
+        return [(name, dict(examples=examples)) for name in TARGETS]
+    scale = minutes / sum(t.minutes for t in TARGETS.values()) if minutes else 1.0
+    return [(name, dict(minutes=t.minutes * scale)) for name, t in TARGETS.items()]
+
+
 def main(argv=None) -> int:
     """``python -m fuzz``: a target's campaign, the smoke budget, all, a replay or the
     mutants; returns the exit status (nonzero when a campaign found a failure)."""
@@ -32,8 +54,10 @@ def main(argv=None) -> int:
     parser.add_argument("example", nargs="?", help="replay: the target name, then the example JSON")
     parser.add_argument("example_json", nargs="?")
     budget = parser.add_mutually_exclusive_group()
-    budget.add_argument("--examples", type=int)
-    budget.add_argument("--minutes", type=float)
+    budget.add_argument("--examples", type=_positive(int), help="examples a target (all: of every target)")
+    budget.add_argument(
+        "--minutes", type=_positive(float), help="a target's time (all: in total, shared as the ~10-minute default is)"
+    )
     parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--smoke", action="store_true", help="a target at its smoke budget (make fuzz-smoke's)")
@@ -59,8 +83,8 @@ def main(argv=None) -> int:
         return _mutants(args)
     if args.target == "smoke":  # each target's smoke budget: CI's `make fuzz-smoke`
         plans = [(name, dict(smoke=True)) for name in TARGETS]
-    elif args.target == "all":  # `make fuzz`: ~10 minutes over every target
-        plans = [(name, dict(minutes=DEFAULT_MINUTES[name])) for name in TARGETS]
+    elif args.target == "all":  # `make fuzz`: every target for its share of ~10 minutes
+        plans = all_plans(args.minutes, args.examples)
     elif args.smoke:
         plans = [(args.target, dict(smoke=True))]
     else:

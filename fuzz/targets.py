@@ -445,23 +445,28 @@ def check_inputs(example, ctx: Context) -> None:
 class Target:
     """A campaign: ``examples(smoke)`` is the Hypothesis strategy (smoke campaigns skip the
     8192-page cases, which cost seconds each), ``check(example, ctx)`` the property;
-    ``smoke`` the example budget of ``make fuzz-smoke`` (and of the teeth test)."""
+    ``smoke`` the example budget of ``make fuzz-smoke`` (and of the teeth test), ``minutes``
+    its share of ``make fuzz`` (``python -m fuzz all``: every target's share, ~10 minutes in
+    all). A target's budgets live with it, so a new target cannot be left out of either."""
 
     examples: Callable
     check: Callable
     smoke: int
+    minutes: float
 
 
 TARGETS = {
-    "reference": Target(lambda smoke: decode_configs(max_pages=300, big=not smoke), check_reference, 150),
-    "kernels": Target(lambda smoke: decode_configs(max_pages=24), check_kernels, 12),
+    "reference": Target(lambda smoke: decode_configs(max_pages=300, big=not smoke), check_reference, 150, 2),
+    "kernels": Target(lambda smoke: decode_configs(max_pages=24), check_kernels, 12, 1.5),
     # CP = 8 would put 8 interpreter processes on a CI machine's 2 cores; GPUs take it.
-    "protocol": Target(lambda smoke: decode_configs(max_pages=40, patterns=EXACT, cps=(1, 2, 4)), check_protocol, 12),
-    "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60),
-    "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40),
-    "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60),
-    "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 16),
+    "protocol": Target(
+        lambda smoke: decode_configs(max_pages=40, patterns=EXACT, cps=(1, 2, 4)), check_protocol, 12, 1.5
+    ),
+    "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60, 1),
+    "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40, 1),
+    "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60, 1),
+    "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 16, 1),
     "msa-protocol": Target(
-        lambda smoke: msa_configs(max_pages=40, cps=(1, 2, 4), patterns=MSA_EXACT), check_msa_protocol, 8
+        lambda smoke: msa_configs(max_pages=40, cps=(1, 2, 4), patterns=MSA_EXACT), check_msa_protocol, 8, 1
     ),
 }

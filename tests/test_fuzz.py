@@ -13,10 +13,11 @@ import pytest
 import torch
 
 import reference
-from fuzz.cli import main
+from fuzz.cli import all_plans, main
 from fuzz.mutants import MUTANTS, applied
 from fuzz.runner import example_json, run_campaign
 from fuzz.strategies import DecodeConfig
+from fuzz.targets import TARGETS
 from reference.cases import make_case
 
 
@@ -58,6 +59,28 @@ def test_replay_line_round_trips(capsys):
     assert main(["replay", "reference", example_json(cfg)]) == 0
     assert main(["replay", "inputs", example_json((cfg, "bt-int64"))]) == 0
     assert "replay passed" in capsys.readouterr().out
+
+
+def test_all_runs_every_target_for_its_share():
+    """``make fuzz`` (``python -m fuzz all``) plans a campaign for every target — it once
+    stopped at a KeyError on the first target added without a budget — and ``--minutes``
+    is the whole run's time, shared in the targets' proportions."""
+    default = dict(all_plans())
+    assert list(default) == list(TARGETS)
+    assert all(plan["minutes"] == TARGETS[name].minutes > 0 for name, plan in default.items())
+    scaled = dict(all_plans(minutes=45))
+    assert sum(plan["minutes"] for plan in scaled.values()) == pytest.approx(45)
+    ratios = {name: plan["minutes"] / default[name]["minutes"] for name, plan in scaled.items()}
+    assert max(ratios.values()) == pytest.approx(min(ratios.values()))
+    assert all(plan == {"examples": 3} for _, plan in all_plans(examples=3))
+
+
+@pytest.mark.parametrize("argv", [["all", "--minutes", "0"], ["stock", "--examples", "-2"]])
+def test_budgets_below_one_are_refused(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert "must be above 0" in capsys.readouterr().err
 
 
 def test_time_budget_stops():
