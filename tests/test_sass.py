@@ -35,7 +35,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         # page maxima's partials (32 bytes a thread and program at Hs = 4)
         assert 0 < stored < 256, f"{stored} bytes stored to shared memory a thread: the fp16 tile goes through it again"
         # one page per trip of the main loop: 2 blocks of 64 tokens x 8 wgmma k-steps
-        from fast.tools.sass import main_loop_mix
+        from fast.tools.sass_listing import main_loop_mix
 
         assert (
             main_loop_mix(dump.read_text())["HGMMA"] == 16
@@ -267,7 +267,8 @@ def _decode_mix(hs: int, first_slot: int, decode: str, ops: tuple[str, ...]) -> 
     """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
     the decodes launch it) with the exact decode and with probe ``decode``."""
     code = (
-        "from fast.tools.sass import scorer_sass, instruction_mix\n"
+        "from fast.tools.sass import scorer_sass\n"
+        "from fast.tools.sass_listing import instruction_mix\n"
         f"for decode in ('exact', {decode!r}):\n"
         f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
         "    mix = instruction_mix(text)\n"
@@ -372,7 +373,7 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     from fast.kernels import block_ring, page_ring
     from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
     from fast.msa_scorer import KEY_FORMATS, dynamic_bytes, mma_constants
-    from fast.tools.sass import instruction_mix
+    from fast.tools.sass_listing import instruction_mix
 
     rows = mma_rows((8 - first_slot) * hs)
     ppp = long_row_pages(rows)
@@ -428,7 +429,8 @@ def _programs_by_shared(usage: dict) -> int:
 
 _PROBE = """
 import json, sys
-from fast.tools.sass import instruction_mix, scorer_sass
+from fast.tools.sass import scorer_sass
+from fast.tools.sass_listing import instruction_mix
 kernel, hs, slot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = {}
 for probe in (False, True):

@@ -9,15 +9,17 @@ the whole SASS. ``--kernels``: compile the decode's
 other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
 merge, ...) — the interpreter runs Python, so a kernel it accepts can still fail Triton's
 compiler (a name bound only inside a runtime ``if``, say).
+
+This module compiles (and holds the command line); ``sass_listing.py`` reads a listing (the
+mix, the loop, load-to-use distances) and ``sass_parts.py`` splits it into the scorers'
+parts against the budget.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
-import functools
 import os
-import re
 import subprocess
 import tempfile
 
@@ -26,8 +28,6 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
-
-from indexer_constants import HEAD_DIM, PAGE_BYTES
 
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
@@ -51,6 +51,16 @@ from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from ..msa_scorer import mma_constants, mma_partials
 from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from ..select.warp_ptx import warp_asm_options
+from .sass_listing import instruction_mix, load_use_distances, main_loop_mix
+from .sass_parts import (
+    ALU_BUDGET,
+    ISSUE_BUDGET,
+    MSA_PARTS,
+    PARTS,
+    msa_half_block_budget,
+    msa_source_parts,
+    parts_per_page,
+)
 from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
 
 _SIGNATURE = {
@@ -435,307 +445,12 @@ def compile_kernels() -> list[str]:
     return lines
 
 
-def instruction_mix(sass: str) -> collections.Counter:
-    """Opcode (without modifiers) -> count, over the SASS listing."""
-    return collections.Counter(re.findall(_OP.pattern, sass, flags=re.M))
-
-
-# An instruction line of nvdisasm's listing: its address, a predicate if any, the opcode.
-_LINE = r"^\s+/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?"
-_OP = re.compile(_LINE + r"([A-Z][A-Z0-9_]*)")
-
-
-def main_loop_span(sass: str, mma: bool = True) -> range:
-    """The listing's line numbers (of ``sass.splitlines()``) from the label of its longest
-    loop that multiplies (an MMA in it; any loop where not ``mma``) to that loop's backward
-    branch; empty if none."""
-    lines = sass.splitlines()
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"^(\.L_x_\d+):", line))}
-    best, size = range(0), 0
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA `\((\.L_x_\d+)\)", line)
-        if m and labels.get(m.group(1), i) < i:
-            ops = [op.group(1) for op in map(_OP.match, lines[labels[m.group(1)] : i + 1]) if op]
-            if (not mma or any(op.endswith("MMA") for op in ops)) and len(ops) > size:
-                best, size = range(labels[m.group(1)], i + 1), len(ops)
-    return best
-
-
-def main_loop_mix(sass: str, mma: bool = True) -> collections.Counter:
-    """Opcode -> count over the longest loop of the listing (label to its backward branch)
-    that multiplies (an MMA in it; any loop where not ``mma``): in the wgmma scorer, one page
-    per trip — the instructions per page and thread that fast/tools/PERF.md counts. Empty if
-    the listing has no such loop (the scorer at N = 8: its pages unrolled)."""
-    lines = sass.splitlines()
-    return collections.Counter(op.group(1) for i in main_loop_span(sass, mma) if (op := _OP.match(lines[i])))
-
-
 def kernel_loop_mix(fn, signature: dict, constexprs: dict, warps: int, mma: bool = True) -> collections.Counter:
     """``main_loop_mix`` of kernel ``fn`` (Gluon's or Triton's) compiled for sm_90 here on
     ``warps`` warps: ``signature`` its run-time arguments, ``constexprs`` the rest, no
     pointer taken as aligned. The rate tools' check that a timed loop is what it times."""
     kernel = _sm90(_source(fn, signature, constexprs, attrs={}), warps)
     return main_loop_mix(disassemble(kernel.asm["cubin"]), mma)
-
-
-# The wgmma scorer's parts (the budget table of fast/tools/PERF.md), by the function whose
-# source line issues an instruction (nvdisasm's line info: the innermost line, inlining
-# undone), the MMAs by their opcodes. A line of the kernel itself is its setup before the
-# page loop, the loop's own control, or the epilogue after it; a line of Triton's library
-# (a reduction's combine) is the maximum's.
-_FUNCTION_PART = {
-    "_load_block": "loads",
-    "_load_nth_block": "loads",
-    "_load_scales": "loads",
-    "_gather_tables": "loads",  # the scale tables, from L1
-    "_advance": "loads",
-    "_issue_page": "loads",  # the ring's copies (page_ring.py's lines are loads too)
-    "_in_cache": "loads",  # the block-id guard's compare (in the epilogue too, once a program)
-    "_dequant_fragment": "decode",
-    "_fragment": "decode",
-}
-# The page maxima's module (kernels/page_maxima.py), by function: the per-page fold is the
-# maximum's, the once-a-program reduction the epilogue's.
-_MAXIMA_PART = {
-    "page_max": "maximum",
-    "own_tokens_max": "maximum",
-    "column_maxima": "epilogue",
-    "alloc_maxima": "setup",
-}
-PARTS = ("loads", "decode", "MMA", "maximum", "setup", "loop", "epilogue", "other")
-_MMA_OPS = {"HMMA", "HGMMA", "WARPGROUP"}
-# The integer / logic and compare / select opcodes, which the ALU pipe issues at half the
-# rate of the schedulers (16 lanes a partition on sm_90), conversions to fp16 included.
-ALU_OPS = {"LOP3", "PLOP3", "PRMT", "F2FP", "SHF", "IADD3", "LEA", "ISETP", "SEL", "FMNMX", "FSEL", "FSETP"}
-_FILE_LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
-
-
-def _module_functions(module) -> tuple[list[str], list[tuple[str, range]]]:
-    """A module's source lines and its top-level functions as (name, line numbers)."""
-    import ast
-    import inspect
-
-    source = inspect.getsource(module)
-    functions = [
-        (node.name, range(node.lineno, node.end_lineno + 1))
-        for node in ast.parse(source).body
-        if isinstance(node, ast.FunctionDef)
-    ]
-    return source.splitlines(), functions
-
-
-@functools.cache
-def _maxima_line_parts() -> dict[int, str]:
-    """Line number of fast/kernels/page_maxima.py -> its part (parsed once)."""
-    from ..kernels import page_maxima
-
-    _, functions = _module_functions(page_maxima)
-    return {i: _MAXIMA_PART.get(name, "other") for name, lines in functions for i in lines}
-
-
-@functools.cache
-def _scorer_line_parts() -> dict[int, str]:
-    """Line number of fast/kernels/scorer_wgmma.py -> its part (parsed once)."""
-    from ..kernels import scorer_wgmma
-
-    text, functions = _module_functions(scorer_wgmma)
-    parts: dict[int, str] = {}
-    for name, lines in functions:
-        if name == "score_kernel_wgmma":  # setup | the page loops | the epilogue
-            start = next(i for i in lines if text[i - 1].strip().startswith("for i in "))
-            end = next(i for i in lines if text[i - 1].strip().startswith("if LOADS_ONLY:"))
-            parts.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
-            continue
-        for i in lines:
-            code = text[i - 1]
-            if name in ("_block", "_score_block"):
-                parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
-            else:
-                parts[i] = _FUNCTION_PART.get(name, "other")
-    return parts
-
-
-def _count_parts(sass: str, part_at, span: range | None = None, alu: bool = False) -> collections.Counter:
-    """Part -> instructions of a listing with line info: each instruction takes the part
-    ``part_at(path, line, part_before)`` gave its latest source line, the MMAs theirs by
-    opcode (ptxas moves their line info onto their neighbours'); span: only the listing's
-    lines in it; alu: only those of ``ALU_OPS``."""
-    counts: collections.Counter = collections.Counter()
-    part = "other"
-    for i, line in enumerate(sass.splitlines()):
-        if m := _FILE_LINE.search(line):
-            part = part_at(m.group(1), int(m.group(2)), part)
-        elif (op := _OP.match(line)) and (span is None or i in span) and (not alu or op.group(1) in ALU_OPS):
-            counts["MMA" if op.group(1) in _MMA_OPS else part] += 1
-    return counts
-
-
-def source_parts(sass: str, span: range | None = None, alu: bool = False) -> collections.Counter:
-    """Part (``PARTS``) -> instructions, over a listing with line info (``scorer_sass(...,
-    lines=True)``), or over its lines ``span`` only (``main_loop_span``); alu: only those of
-    ``ALU_OPS``."""
-    by_line, maxima_lines = _scorer_line_parts(), _maxima_line_parts()
-
-    def part_at(path: str, number: int, before: str) -> str:
-        if path.endswith("kernels/scorer_wgmma.py"):
-            return by_line.get(number, "other")
-        if path.endswith("kernels/page_maxima.py"):
-            return maxima_lines.get(number, "other")
-        if path.endswith("kernels/column_order.py"):
-            return "setup"  # q's tile, once per program
-        if path.endswith("kernels/page_ring.py"):
-            return "loads"  # the ring's copies, waits and reads from shared memory
-        if "/triton/language/" in path:
-            return "maximum"  # a reduction's combine (gl.max)
-        return "other"
-
-    return _count_parts(sass, part_at, span, alu)
-
-
-# Instructions a page and thread may take at the read ceiling: a page every ~540 cycles per
-# SM (PERF.md's budget) and 4 schedulers issuing one warp instruction a cycle, over a
-# program's 4 warps; of them ALU_OPS at half that rate.
-ISSUE_BUDGET = 540
-ALU_BUDGET = ISSUE_BUDGET // 2
-
-
-def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]:
-    """Part -> instructions (alu: of ``ALU_OPS``) per page and thread of a program of
-    ``pages`` pages: the listing once, its page loop (if any) ``pages - 1`` more times, over
-    ``pages``."""
-    whole, loop = source_parts(sass, alu=alu), source_parts(sass, main_loop_span(sass), alu=alu)
-    return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
-
-
-# The MSA mma scorer's parts (the MSA budget of fast/tools/PERF.md), by the same line info:
-# its ring (the half-blocks' copies, waits and read-back: block_ring.py, page_ring.py and
-# the kernel's copy helpers), the conversion of a half-block's raw elements to the MMA's
-# operand, the MMAs (by opcode), the token mask (on a request's last blocks only), the
-# block maxima, and once a program its setup (the ids, q's tile) and epilogue (the maxima's
-# reduction, the stores). Its half-blocks are unrolled: the listing is the whole program.
-_MSA_FUNCTION_PART = {
-    "_copy_half": "ring",
-    "_column_block": "ring",
-    "_half_block": "ring",
-    "_half_row": "ring",
-    "_issue_half": "ring",
-    "_refill": "ring",
-    "_fragment": "convert",
-    "_operand": "convert",
-    "_is_nan": "setup",
-}
-MSA_PARTS = ("ring", "convert", "MMA", "mask", "maximum", "setup", "loop", "epilogue", "other")
-
-
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip())
-
-
-@functools.cache
-def _msa_line_parts() -> dict[str, dict[int, str]]:
-    """Module file name -> (line number -> part) for the MSA mma scorer's own module and
-    the kernel modules it calls (parsed once)."""
-    from ..kernels import column_order, msa_scorer_mma
-
-    text, functions = _module_functions(msa_scorer_mma)
-    own: dict[int, str] = {}
-    for name, lines in functions:
-        if name != "msa_score_kernel_mma":
-            own.update((i, _MSA_FUNCTION_PART.get(name, "other")) for i in lines)
-            continue
-        # the scoring loop is the kernel's last half-block loop (the probe's comes first);
-        # it ends at the first line indented no deeper than its ``for``
-        loops = [i for i in lines if text[i - 1].strip().startswith("for k in gl.static_range(2 * PPP)")]
-        start = loops[-1]
-        depth = _indent(text[start - 1])
-        end = next(i for i in lines if i > start and text[i - 1].strip() and _indent(text[i - 1]) <= depth)
-        own.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
-        # the mask: its block's id (g) and its branch's body
-        for i in range(start, end):
-            code = text[i - 1].strip()
-            if code.startswith("g = "):
-                own[i] = "mask"
-            elif code.startswith("if (g + 1)"):
-                j = i + 1
-                while j < end and (not text[j - 1].strip() or _indent(text[j - 1]) > _indent(text[i - 1])):
-                    own[j] = "mask"
-                    j += 1
-                own[i] = "mask"
-    _, order = _module_functions(column_order)
-    return {
-        "kernels/msa_scorer_mma.py": own,
-        "kernels/page_maxima.py": _maxima_line_parts(),
-        "kernels/column_order.py": {
-            i: "convert" if name == "logical_columns" else "setup" for name, lines in order for i in lines
-        },
-    }
-
-
-def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
-    """Part (``MSA_PARTS``) -> instructions of the MSA mma scorer's listing (with line
-    info); alu: only those of ``ALU_OPS``. A line of Triton's library (a reduction's
-    combine) takes the part of the kernel line before it."""
-    by_file = _msa_line_parts()
-
-    def part_at(path: str, number: int, before: str) -> str:
-        module = next((name for name in by_file if path.endswith(name)), None)
-        if module is not None:
-            return by_file[module].get(number, "other")
-        if path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
-            return "ring"
-        return before if "/triton/language/" in path else "other"
-
-    return _count_parts(sass, part_at, alu=alu)
-
-
-def msa_half_block_budget(element_bytes: int) -> int:
-    """Instructions a thread may issue per 64-token half-block at the read ceiling: the
-    NVFP4 page's ISSUE_BUDGET scaled by the half-block's bytes (8 KB E4M3, 16 KB BF16)."""
-    return ISSUE_BUDGET * 64 * HEAD_DIM * element_bytes // PAGE_BYTES
-
-
-_INSTRUCTION = re.compile(_LINE + r"([A-Z][A-Z0-9_.]*)\s*([^;]*);")  # opcode with modifiers, operands
-_REGISTER = re.compile(r"\bR(\d+)(\.64)?\b")
-
-
-def _registers(operands: str) -> set[int]:
-    """The general registers an operand list names (``R8.64`` is R8 and R9)."""
-    named = set()
-    for number, wide in _REGISTER.findall(operands):
-        named.update((int(number), int(number) + 1) if wide else (int(number),))
-    return named
-
-
-def load_use_distances(sass: str) -> list[tuple[str, int]]:
-    """(opcode, instructions from the load to the first one reading its result) for every
-    global load (``LDG``) of a listing, in the listing's straight-line order — exact for an
-    unrolled body (the N 8 kernel), a lower bound across a loop's back edge (such loads, and
-    those whose result is overwritten unread, are left out). It shows how far ahead of its
-    use ptxas really issues a load the source issues blocks ahead."""
-    code = [(m.group(1), m.group(2)) for line in sass.splitlines() if (m := _INSTRUCTION.match(line))]
-    found = []
-    for i, (op, operands) in enumerate(code):
-        if not op.startswith("LDG"):
-            continue
-        target, _, _ = operands.partition(",")
-        first = min(_registers(target), default=None)
-        if first is None:
-            continue
-        width = {"128": 4, "64": 2}.get(op.rsplit(".", 1)[-1], 1)
-        loaded = set(range(first, first + width))
-        for j in range(i + 1, len(code)):
-            later_op, later = code[j]
-            head, _, rest = later.partition(",")
-            # a store reads its first operand too; anything else writes it
-            stores = later_op.startswith(("ST", "RED", "ATOM"))
-            if loaded & _registers(later if stores else rest):
-                found.append((op, j - i))
-                break
-            if not stores:
-                loaded -= _registers(head)
-            if not loaded:
-                break
-    return found
 
 
 def main(argv=None) -> int:
