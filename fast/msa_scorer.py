@@ -23,8 +23,7 @@ from .kernels import block_ring, page_maxima
 from .kernels.msa_scorer import msa_score_kernel
 from .kernels.msa_scorer_mma import msa_score_kernel_mma
 from .kernels.page_maxima import partial_maxima
-from .kernels.scorer_wgmma import mma_rows, pages_per_program
-from .scorer import first_set, no_record
+from .scorer import first_set, mma_rows, no_record, pages_per_program
 
 # The key formats of the MSA decode and their element type (queries and keys alike).
 KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}

@@ -5,6 +5,8 @@ codes decoded straight into the MMA's register operand) and the table kernel eve
 (``kernels/scorer_table.py``: the interpreter's, a gather from the table of every (scale,
 code) pair). Both multiply 16-bit operands into fp32 accumulators — Hopper's FP8 MMA does
 not accumulate in fp32 — with the page's tokens on M and the query rows scored on N.
+The wgmma kernel's launch policy is here too (``mma_rows``, ``pages_per_program``, ...),
+as the MSA kernel's is in ``msa_scorer.py``: the kernel modules hold kernels.
 """
 
 from __future__ import annotations
@@ -20,15 +22,112 @@ from indexer_constants import PAGE_BYTES, SLOTS
 from . import checks
 from .backend import pdl_options, sm_count
 from .checks import score_shapes
+from .kernels import page_ring
 from .kernels.guards import ERR_WORDS
-from .kernels.page_maxima import partial_maxima
+from .kernels.page_maxima import dynamic_bytes, partial_maxima
 from .kernels.scorer_table import score_kernel_table
-from .kernels.scorer_wgmma import WGMMA_DEPTH, mma_rows, ring_pages, rows_for, score_kernel_wgmma, shared_tables
-from .kernels.scorer_wgmma import max_registers as wgmma_max_registers
-from .kernels.scorer_wgmma import pages_per_program as wgmma_pages
+from .kernels.scorer_wgmma import score_kernel_wgmma
 from .tables import dequant_lut, scale_tables
 
 KERNELS = ("wgmma", "table")
+
+# The wgmma kernel's launch policy (its shapes, program sizes, register cap, ring and table
+# placement; the MSA mma kernel takes its N and program sizes from here too). Each choice
+# was measured: fast/tools/PERF.md.
+
+# Most pages per program, and 64-token blocks loaded ahead of the one decoded.
+WGMMA_PAGES = 8
+WGMMA_DEPTH = 2
+# Programs per SM a grid of WGMMA_PAGES-page programs needs (else 4 pages), and below which
+# 4 pages per program shrink further (4-5 programs fit at once at Hs <= 4).
+_PROGRAMS_PER_SM_FOR_MOST = 16
+_PROGRAMS_PER_SM = 4
+
+
+def long_row_pages(rows: int) -> int:
+    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
+    N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
+    shared memory a program at 8 pages — fewer programs an SM, and less of the L1 its
+    loads pass through."""
+    return 4 if rows == 32 else WGMMA_PAGES
+
+
+def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
+    """``long_row_pages(rows)`` where its grid still gives every SM _PROGRAMS_PER_SM_FOR_MOST
+    programs (fewer, larger programs leave a longer tail), else 4, halved while the grid
+    would fill fewer than _PROGRAMS_PER_SM programs per SM: a short row scored by a few
+    programs pays each one's pages in series. rows: the MMA's N (``mma_rows`` of the rows
+    scored)."""
+    most = long_row_pages(rows)
+    if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
+        return most
+    ppp = 4
+    while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
+        ppp //= 2
+    return ppp
+
+
+def max_registers(rows: int) -> int | None:
+    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
+    (None: the compiler's choice).
+
+    At N = 16 the compiler's choice (96) leaves one program per SM fewer than 80 registers
+    would (registers go out per warp in units of 256), and 80 spills nothing there
+    (``tests/test_sass.py`` checks the spills); at N = 8 the compiler picks 80 itself. From
+    N = 32 the compiler's choice stands: a cap of 96 (5 programs an SM, no spills since the
+    scale loads moved into PTX) measured no faster (PERF.md)."""
+    return 80 if mma_rows(rows) <= 16 else None
+
+
+def ring_pages(rows: int, pages: int) -> int:
+    """Pages in flight through the shared-memory ring (``page_ring.py``) at N = ``rows``
+    (``mma_rows``) with ``pages`` per program, or 0: the register pipeline of DEPTH blocks.
+
+    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more): a program's next page
+    then travels in shared memory, where ptxas cannot move its loads to just before their
+    use as it does with registers. 0 elsewhere: on shorter programs the ring's first page
+    is waited for whole and measured behind, and N = 32 measured level or behind
+    (fast/tools/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
+    an SM."""
+    return 2 if (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) else 0
+
+
+def shared_tables(rows: int) -> int:
+    """1 where the kernel copies the scale table (2 KB) into shared memory once a program
+    and gathers each group's entry there (``page_ring.gather_tables``), 0 where it gathers
+    from global memory through L1: up to N = 32, fed from registers or the ring. A gather
+    is on each block's dependent chain (scale byte, entry, decode); from shared memory it
+    is shorter, and the codes' loads do not evict it. N = 64 is not measured."""
+    return 1 if rows <= 32 else 0
+
+
+def shared_bytes(rows: int, pages: int) -> int:
+    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program
+    (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages))
+
+
+def max_ring(rows: int, pages: int, tables: int | None = None) -> int:
+    """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program
+    (``page_ring.max_ring`` beside ``shared_bytes`` and the scale table where ``tables``,
+    None: ``shared_tables``, puts it in shared memory); 0 above N = 32, where the ring is
+    neither used nor tested."""
+    tables = shared_tables(rows) if tables is None else tables
+    return page_ring.max_ring(shared_bytes(rows, pages), tables) if rows <= 32 else 0
+
+
+def mma_rows(rows: int) -> int:
+    """This kernel's N (its q tile's rows) for ``rows`` live query rows (live slots x Hs):
+    8 up to 8 rows — the per-warp mma.sync, no padding rows — else ``rows_for(rows)``
+    (wgmma)."""
+    return 8 if rows <= 8 else rows_for(rows)
+
+
+def rows_for(rows: int) -> int:
+    """The MMA's N for the Triton scorers and for wgmma: ``rows`` live query rows rounded
+    up to a power of two, at least 16 (tl.dot's minimum; wgmma with N = 8 compiles but
+    faulted on the H200, illegal address — up to 8 rows this kernel runs mma.sync instead)."""
+    return max(16, triton.next_power_of_2(rows))
 
 
 @functools.cache
@@ -105,7 +204,7 @@ def plan_scorer(
     head = (q_tile.view(torch.uint8), q_sel, q_set_stride)
     if kernel == "wgmma":
         rows = mma_rows(live)
-        ppp = wgmma_pages(batch, width, sm_count(str(device)), rows)
+        ppp = pages_per_program(batch, width, sm_count(str(device)), rows)
         options = dict(
             HS=hs,
             SLOT0=first_slot,
@@ -121,7 +220,7 @@ def plan_scorer(
             num_warps=4,
             **pdl_options(pdl),
         )
-        cap = wgmma_max_registers(live)
+        cap = max_registers(live)
         if cap is not None:
             options["maxnreg"] = cap
         # pages also as int64 (16-byte code loads), and the per-scale magnitude tables with

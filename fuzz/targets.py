@@ -193,7 +193,7 @@ PAGE_FEEDS = ((8, 2), (4, 2), (3, 4), (8, 0))
 def _page_feeds(live_rows: int) -> list[dict]:
     """``score_variant`` arguments for each of PAGE_FEEDS whose ring fits beside the
     kernel's shared memory at the N of ``live_rows`` scored rows."""
-    from fast.kernels.scorer_wgmma import max_ring, mma_rows, shared_tables
+    from fast.scorer import max_ring, mma_rows, shared_tables
 
     n = mma_rows(live_rows)
     return [

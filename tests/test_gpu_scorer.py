@@ -11,7 +11,7 @@ from triton.experimental.gluon import language as gl
 import reference
 from fast.errors import new_record
 from fast.kernels import page_ring
-from fast.kernels.scorer_wgmma import long_row_pages, max_ring, mma_rows
+from fast.scorer import long_row_pages, max_ring, mma_rows
 from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
 from indexer_constants import CODE_BYTES, PAGE, SLOTS
 from reference.cases import every_element_case, make_case

@@ -168,8 +168,8 @@ def test_the_rings_feed_fits_its_shared_memory():
     bulk ring fits the static shared memory beside the kernel's dynamic buffers (a larger
     one fails at launch), and the cp.async ring is what is left where none fits; both
     formats go bulk at every N up to 32 (the bench's shapes; BF16 on two 16 KB slots)."""
-    from fast.kernels.scorer_wgmma import long_row_pages
     from fast.msa_scorer import dynamic_bytes, max_stages, ring_feed
+    from fast.scorer import long_row_pages
 
     for dtype in DTYPES.values():
         for rows in (8, 16, 32, 64):

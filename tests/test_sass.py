@@ -145,7 +145,7 @@ def test_register_cap_spills_nothing():
     trade that gain for local-memory traffic. Every capped shape the decode launches, as it
     launches them (PDL, the prefetch before the wait): N = 8 (mma.sync: Hs = 1, or q x Hs <=
     8) and N = 16 (wgmma), compiled in a child (``_compile_only``)."""
-    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, ring_pages
+    from fast.scorer import long_row_pages, max_registers, mma_rows, ring_pages
 
     for hs, first_slot in ((1, 0), (2, 0), (4, 7), (4, 4)):
         done = _compile_only("-m", "fast.tools.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl")
@@ -171,7 +171,7 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
     about five around each copy); its register cap spills nothing; its shared memory is
     what ``max_ring`` counts; a landed page's wait takes no branch."""
     from fast.kernels import page_ring
-    from fast.kernels.scorer_wgmma import long_row_pages, max_registers, mma_rows, shared_bytes, shared_tables
+    from fast.scorer import long_row_pages, max_registers, mma_rows, shared_bytes, shared_tables
 
     dump = tmp_path / "ring.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pdl", "--ring", str(ring), "--dump", str(dump)]
@@ -230,7 +230,7 @@ def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot,
     registers, the kernel's static shared memory is the scale table's copy where
     ``shared_tables`` says (one bulk copy, one wait), nothing of a ring."""
     from fast.kernels import page_ring
-    from fast.kernels.scorer_wgmma import mma_rows, shared_bytes, shared_tables
+    from fast.scorer import mma_rows, shared_bytes, shared_tables
 
     dump = tmp_path / "fed.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl", "--ring", "0"]
@@ -254,7 +254,7 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     N 32 with 3, N 8 (mma.sync) with 8. A layout Gluon cannot lower fails here, without a
     GPU; the GPU tests (test_gpu_scorer.py) hold every shape to the reference bit for bit."""
     from fast.kernels.page_maxima import partial_maxima
-    from fast.kernels.scorer_wgmma import mma_rows
+    from fast.scorer import mma_rows
 
     assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl"]
@@ -371,8 +371,8 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     import torch
 
     from fast.kernels import block_ring, page_ring
-    from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
     from fast.msa_scorer import KEY_FORMATS, dynamic_bytes, mma_constants
+    from fast.scorer import long_row_pages, mma_rows
     from fast.tools.sass_listing import instruction_mix
 
     rows = mma_rows((8 - first_slot) * hs)
@@ -466,7 +466,7 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     needs: its rows there read the ring at the shared memory's bound, the scorer's above it."""
     import json
 
-    from fast.kernels.scorer_wgmma import long_row_pages, mma_rows
+    from fast.scorer import long_row_pages, mma_rows
 
     done = _compile_only("-c", _PROBE, f"msa-{key_format}", str(hs), str(first_slot))
     assert done.returncode == 0, done.stderr

@@ -150,7 +150,7 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
     """Long rows get WGMMA_PAGES pages per program (4 at N = 32) where that grid still has
     16 programs an SM; smaller grids get 4, and grids too small to give every SM 4 programs
     of 4 get fewer, down to 1."""
-    from fast.kernels.scorer_wgmma import WGMMA_PAGES, long_row_pages, pages_per_program
+    from fast.scorer import WGMMA_PAGES, long_row_pages, pages_per_program
 
     assert WGMMA_PAGES == 8 and long_row_pages(32) == 4 and long_row_pages(16) == long_row_pages(64) == WGMMA_PAGES
     assert pages_per_program(32, 8192, 132) == WGMMA_PAGES  # 1M, batch 32
@@ -168,7 +168,7 @@ def test_the_ring_policy_only_asks_for_rings_that_launch():
     """Every (N, pages per program) the decode can launch gets a ring the kernel's shared
     memory leaves room for (``max_ring``: a larger one fails at launch), and the policy does
     use the ring where it measured ahead (N 8 and N 16 on long programs)."""
-    from fast.kernels.scorer_wgmma import max_ring, mma_rows, pages_per_program, ring_pages
+    from fast.scorer import max_ring, mma_rows, pages_per_program, ring_pages
 
     used = set()
     for live in range(1, 65):

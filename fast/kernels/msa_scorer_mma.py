@@ -228,7 +228,7 @@ def msa_score_kernel_mma(
     SLOT0: gl.constexpr,  # the first slot scored: rows of earlier slots are left alone
     ROWS: gl.constexpr,  # the MMA's N: 8 (mma.sync), else a power of two >= 16 (wgmma)
     PPP: gl.constexpr,  # columns (blocks) per program
-    PARTS: gl.constexpr,  # partial maxima per block and row (scorer_wgmma.partial_maxima)
+    PARTS: gl.constexpr,  # partial maxima per block and row (msa_scorer.mma_partials)
     IS_FP8: gl.constexpr,
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     PDL: gl.constexpr,

@@ -41,7 +41,7 @@ wait that gives up flags the thread; the kernel ORs the flags over its pages and
 ``report`` records ``ERR_PAGE_COPY_TIMEOUT`` once in the error record's protocol word,
 and ``check()`` raises (its scores are garbage). A bulk copy of valid memory lands in
 microseconds; the bound exists so that nothing can hang, and a count does not fire
-while the GPU is preempted, as a timer would. The policy (``scorer_wgmma.ring_pages``)
+while the GPU is preempted, as a timer would. The policy (``fast.scorer.ring_pages``)
 says where the ring is used.
 """
 

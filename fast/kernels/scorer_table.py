@@ -35,7 +35,7 @@ def score_kernel_table(
     stride_or,
     HS: tl.constexpr,
     SLOT0: tl.constexpr,  # the first slot scored
-    ROWS: tl.constexpr,  # rows_for((8 - SLOT0) * HS): the rows scored, padded (the MMA's N)
+    ROWS: tl.constexpr,  # scorer.rows_for((8 - SLOT0) * HS): the rows scored, padded (the MMA's N)
     V: tl.constexpr,  # pages per program, as a leading tensor dimension
     RECORD: tl.constexpr,  # record a bad id in err_ptr's record
     PDL: tl.constexpr,

@@ -20,7 +20,7 @@ bytes (``fast.tables.scale_tables``) instead of being computed per group, which 
 the group's 13 conversions. Up to N = 32 the table is copied into shared memory once a
 program and each group's entry gathered there (``page_ring.gather_tables``): a gather is
 on every block's dependent chain, shorter from shared memory than through L1, where the
-codes' loads also evict it; at N = 64 the gather goes through L1 (``shared_tables``). The
+codes' loads also evict it; at N = 64 the gather goes through L1 (``fast.scorer.shared_tables``). The
 scale bytes and the table entries are loaded by a few lines of PTX (``_load_scales``,
 ``_gather_tables``) that keep their addressing off the ALU pipe, the one the decode fills.
 
@@ -30,9 +30,10 @@ N follows query_len x Hs rather than 8 x Hs. Up to 8 rows the MMA is Ampere's pe
 ``mma.sync`` m16n8k16 instead (same A fragment, q in registers): N = 8 needs no padding rows
 (wgmma's N is at least 16) and each warp runs on without waiting for its warpgroup at every
 block; at N >= 16 its q operand and accumulators in registers would cost programs per SM,
-so wgmma takes over there (``mma_rows``). Scores equal the reference's within its
-fp32-order bound (the sum's order differs); exact-arithmetic inputs give the same bits as
-every other path.
+so wgmma takes over there (``fast.scorer.mma_rows``, beside the rest of the kernel's
+launch policy: program sizes, register cap, ring and table placement). Scores equal the
+reference's within its fp32-order bound (the sum's order differs); exact-arithmetic inputs
+give the same bits as every other path.
 
 Gluon (Triton's explicit-layout dialect) runs on GPUs only; the interpreter keeps the table
 scorer of ``scorer.py``.
@@ -40,7 +41,6 @@ scorer of ``scorer.py``.
 
 from __future__ import annotations
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
@@ -56,12 +56,10 @@ from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import (
     alloc_maxima,
     column_maxima,
-    dynamic_bytes,
     maxima_layout,
     own_tokens_max,
     pad_pow2,
     page_max,
-    partial_maxima,
 )
 
 _PAGE = gl.constexpr(PAGE)
@@ -69,101 +67,6 @@ _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
 _CODE_BYTES = gl.constexpr(CODE_BYTES)
 _ERR_INPUT = gl.constexpr(ERR_INPUT)
 _BAD_BLOCK = gl.constexpr(BAD_BLOCK)
-# Most pages per program, and 64-token blocks loaded ahead of the one decoded.
-WGMMA_PAGES = 8
-WGMMA_DEPTH = 2
-# Programs per SM a grid of WGMMA_PAGES-page programs needs (else 4 pages), and below which
-# 4 pages per program shrink further (4-5 programs fit at once at Hs <= 4).
-_PROGRAMS_PER_SM_FOR_MOST = 16
-_PROGRAMS_PER_SM = 4
-
-
-def long_row_pages(rows: int) -> int:
-    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
-    N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
-    shared memory a program at 8 pages — fewer programs an SM, and less of the L1 its
-    loads pass through."""
-    return 4 if rows == 32 else WGMMA_PAGES
-
-
-def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
-    """``long_row_pages(rows)`` where its grid still gives every SM _PROGRAMS_PER_SM_FOR_MOST
-    programs (fewer, larger programs leave a longer tail), else 4, halved while the grid
-    would fill fewer than _PROGRAMS_PER_SM programs per SM: a short row scored by a few
-    programs pays each one's pages in series. rows: the MMA's N (``mma_rows`` of the rows
-    scored)."""
-    most = long_row_pages(rows)
-    if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
-        return most
-    ppp = 4
-    while ppp > 1 and batch * triton.cdiv(width, ppp) < _PROGRAMS_PER_SM * sms:
-        ppp //= 2
-    return ppp
-
-
-def max_registers(rows: int) -> int | None:
-    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
-    (None: the compiler's choice).
-
-    At N = 16 the compiler's choice (96) leaves one program per SM fewer than 80 registers
-    would (registers go out per warp in units of 256), and 80 spills nothing there
-    (``tests/test_sass.py`` checks the spills); at N = 8 the compiler picks 80 itself. From
-    N = 32 the compiler's choice stands: a cap of 96 (5 programs an SM, no spills since the
-    scale loads moved into PTX) measured no faster (PERF.md)."""
-    return 80 if mma_rows(rows) <= 16 else None
-
-
-def ring_pages(rows: int, pages: int) -> int:
-    """Pages in flight through the shared-memory ring (``page_ring.py``) at N = ``rows``
-    (``mma_rows``) with ``pages`` per program, or 0: the register pipeline of DEPTH blocks.
-
-    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more): a program's next page
-    then travels in shared memory, where ptxas cannot move its loads to just before their
-    use as it does with registers. 0 elsewhere: on shorter programs the ring's first page
-    is waited for whole and measured behind, and N = 32 measured level or behind
-    (fast/tools/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
-    an SM."""
-    return 2 if (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) else 0
-
-
-def shared_tables(rows: int) -> int:
-    """1 where the kernel copies the scale table (2 KB) into shared memory once a program
-    and gathers each group's entry there (``page_ring.gather_tables``), 0 where it gathers
-    from global memory through L1: up to N = 32, fed from registers or the ring. A gather
-    is on each block's dependent chain (scale byte, entry, decode); from shared memory it
-    is shorter, and the codes' loads do not evict it. N = 64 is not measured."""
-    return 1 if rows <= 32 else 0
-
-
-def shared_bytes(rows: int, pages: int) -> int:
-    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program
-    (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages))
-
-
-def max_ring(rows: int, pages: int, tables: int | None = None) -> int:
-    """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program
-    (``page_ring.max_ring`` beside ``shared_bytes`` and the scale table where ``tables``,
-    None: ``shared_tables``, puts it in shared memory); 0 above N = 32, where the ring is
-    neither used nor tested."""
-    tables = shared_tables(rows) if tables is None else tables
-    return page_ring.max_ring(shared_bytes(rows, pages), tables) if rows <= 32 else 0
-
-
-def mma_rows(rows: int) -> int:
-    """This kernel's N (its q tile's rows) for ``rows`` live query rows (live slots x Hs):
-    8 up to 8 rows — the per-warp mma.sync, no padding rows — else ``rows_for(rows)``
-    (wgmma)."""
-    return 8 if rows <= 8 else rows_for(rows)
-
-
-def rows_for(rows: int) -> int:
-    """The MMA's N for the Triton scorers and for wgmma: ``rows`` live query rows rounded
-    up to a power of two, at least 16 (tl.dot's minimum; wgmma with N = 8 compiles but
-    faulted on the H200, illegal address — up to 8 rows this kernel runs mma.sync instead)."""
-    return max(16, triton.next_power_of_2(rows))
-
-
 # Where a block's int64 [64, 8] code words (and their scale bytes) live: lane (gid, tig) of
 # warp w holds groups 2 tig, 2 tig + 1 of tokens 16 w + gid and 16 w + gid + 8, exactly the
 # groups of its A fragment.
@@ -434,7 +337,7 @@ def score_kernel_wgmma(
     stride_or,  # as score_kernel_table's
     HS: gl.constexpr,
     SLOT0: gl.constexpr,  # the first slot scored: rows SLOT0 * HS .. 8 * HS - 1 (the step's queries)
-    ROWS: gl.constexpr,  # mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
+    ROWS: gl.constexpr,  # scorer.mma_rows((8 - SLOT0) * HS): 8 runs mma.sync, else wgmma
     PPP: gl.constexpr,  # pages per program
     DEPTH: gl.constexpr,  # 64-token blocks loaded ahead of the one decoded: 1 or 2 (RING 0)
     PDL: gl.constexpr,

@@ -11,10 +11,10 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from ..kernels.scorer_wgmma import mma_rows
 from ..msa_cp import MsaDecodeCP
 from ..msa_scorer import KEY_FORMATS, gpu_kernel, score_blocks
 from ..msa_stock import MsaStockDecode
+from ..scorer import mma_rows
 from ..symm import SingleRankSymmetric
 from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell, variant_cell
 

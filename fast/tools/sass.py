@@ -37,18 +37,10 @@ from ..kernels.msa_scorer_mma import msa_score_kernel_mma
 from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from ..kernels.page_maxima import partial_maxima
 from ..kernels.scorer_prmt import score_kernel_prmt
-from ..kernels.scorer_wgmma import (
-    WGMMA_DEPTH,
-    long_row_pages,
-    max_registers,
-    mma_rows,
-    ring_pages,
-    rows_for,
-    score_kernel_wgmma,
-    shared_tables,
-)
+from ..kernels.scorer_wgmma import score_kernel_wgmma
 from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from ..msa_scorer import mma_constants, mma_partials
+from ..scorer import WGMMA_DEPTH, long_row_pages, max_registers, mma_rows, ring_pages, rows_for, shared_tables
 from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from ..select.warp_ptx import warp_asm_options
 from .sass_listing import instruction_mix, load_use_distances, main_loop_mix

@@ -16,7 +16,7 @@ from ..checks import score_shapes
 from ..kernels.page_maxima import partial_maxima
 from ..kernels.page_ring import MAX_RING
 from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
-from ..kernels.scorer_wgmma import max_ring, ring_pages, rows_for
+from ..scorer import max_ring, ring_pages, rows_for
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1
