@@ -63,8 +63,10 @@ def main(argv=None) -> int:
     parser.add_argument("--smoke", action="store_true", help="a target at its smoke budget (make fuzz-smoke's)")
     mutants = parser.add_argument_group("mutants (the mutation campaign: fuzz/campaign.py, fuzz/bugs.py)")
     mutants.add_argument("--only", help="the bugs whose name contains this")
-    mutants.add_argument("--rotate", type=int, help="this many bugs, a different window each day (CI)")
-    mutants.add_argument("--budget", type=float, default=600.0, help="seconds per bug (its tests and its fuzz smoke)")
+    mutants.add_argument("--rotate", type=_positive(int), help="this many bugs, a different window each day (CI)")
+    mutants.add_argument(
+        "--budget", type=_positive(float), default=600.0, help="seconds per bug (its tests and its fuzz smoke)"
+    )
     mutants.add_argument("--no-fuzz", action="store_true", help="the bugs' tests only, no fuzz smoke")
     mutants.add_argument("--list", action="store_true", help="name the bugs and their files; run nothing")
     args = parser.parse_args(argv)

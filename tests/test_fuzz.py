@@ -75,7 +75,15 @@ def test_all_runs_every_target_for_its_share():
     assert all(plan == {"examples": 3} for _, plan in all_plans(examples=3))
 
 
-@pytest.mark.parametrize("argv", [["all", "--minutes", "0"], ["stock", "--examples", "-2"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["all", "--minutes", "0"],
+        ["stock", "--examples", "-2"],
+        ["mutants", "--rotate", "0"],
+        ["mutants", "--budget", "-1"],
+    ],
+)
 def test_budgets_below_one_are_refused(capsys, argv):
     with pytest.raises(SystemExit) as exit_:
         main(argv)
