@@ -40,6 +40,26 @@ def test_bench_header_names_a_dirty_tree(tmp_path, monkeypatch):
     assert source_commit(str(tmp_path)) == "given"
 
 
+BAD_GRIDS = {
+    "context-off-page": (["--contexts", "131072", "100"], "contexts"),
+    "context-zero": (["--contexts", "0"], "contexts"),
+    "context-past-table": (["--contexts", str(2 * 1048576)], "contexts"),
+    "batch-zero": (["--batches", "8", "0"], "batches"),
+    "world-unsupported": (["--world", "3"], "world"),
+}
+
+
+@pytest.mark.parametrize("argv,name", BAD_GRIDS.values(), ids=BAD_GRIDS.keys())
+def test_bench_refuses_a_bad_grid_before_measuring(capsys, argv, name):
+    """A bad --contexts / --batches / --world is a one-line error naming it, exit 2, on any
+    machine, before the ceilings (which take minutes on a GPU) — not a failure deep inside."""
+    from fast.tools.cli import main
+
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {name}:"), err
+
+
 def test_bench_report_prints_every_section():
     """The report renders a (made-up) result of every section without a GPU: a format error
     here would otherwise surface only at the end of a lent machine's benchmark run."""

@@ -39,7 +39,7 @@ import torch
 import triton
 
 import reference
-from indexer_constants import PAGE, PAGE_BYTES, SLOTS, TOPK
+from indexer_constants import MAX_PAGES, PAGE, PAGE_BYTES, SLOTS, SUPPORTED_CP, TOPK
 from reference.cases import make_case
 from reference.decode import query_tile
 from reference.scores import fp32_order_bound
@@ -608,13 +608,32 @@ def plot(report: dict, out: Path) -> list[str]:
     return made
 
 
+def check_grid(contexts, batches, world: int | None) -> None:
+    """``run_bench``'s own arguments, judged before anything is measured (a bad one would
+    otherwise surface minutes in, after the ceilings): a ValueError naming the argument.
+    contexts: tokens, positive multiples of PAGE up to the table's MAX_PAGES pages; batches:
+    positive; world: a supported CP size."""
+    for c in contexts or ():
+        if not 0 < c <= MAX_PAGES * PAGE or c % PAGE:
+            raise ValueError(f"contexts: {c} is not a multiple of {PAGE} tokens in 1..{MAX_PAGES * PAGE}")
+    for b in batches or ():
+        if b <= 0:
+            raise ValueError(f"batches: {b} is not a batch size (1 or more)")
+    if world is not None and world not in SUPPORTED_CP:
+        raise ValueError(f"world: must be one of {SUPPORTED_CP}, got {world}")
+
+
 def run_bench(
     out: str | None = None, quick: bool = False, world: int | None = None, contexts=None, batches=None
 ) -> int:
-    """The whole benchmark; returns a process exit code (1 if a correctness check failed)."""
+    """The whole benchmark; returns a process exit code (1 if a correctness check failed).
+    Bad arguments raise ValueError (``check_grid``) first, on any machine."""
+    check_grid(contexts, batches, world)
     if not torch.cuda.is_available():
         print("make bench needs a CUDA GPU; none is visible (nothing measured)")
         return 2
+    if world is not None and world > torch.cuda.device_count():
+        raise ValueError(f"world: {world} ranks need {world} GPUs, {torch.cuda.device_count()} visible")
     out_dir = Path(out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out_dir.mkdir(parents=True, exist_ok=True)
     contexts = tuple(contexts or (QUICK_CONTEXTS if quick else CONTEXTS))
