@@ -2,7 +2,8 @@
 # One batch of GPU checks for a lent device machine: each stage's log under $OUT, a summary
 # at the end. Usage: bash .ci/gpu-session.sh STAGE... (stages: the case arms below;
 # test-units + test-ranks are make test's two steps, test-units-0 + test-units-1 the first
-# in halves). Never multicast (docs/DESIGN.md §8).
+# in halves). Never multicast (docs/DESIGN.md §8). tests/test_gpu_session.py runs every stage
+# with its programs stubbed and holds each command to the files, modules and targets it names.
 # A lent machine's copy of the tree may carry an older .git than its files: pass
 # BENCH_COMMIT=<hash> (the bench report's commit) where the bench stages run.
 set -u
@@ -40,7 +41,7 @@ for s in "$@"; do
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
     fuzz-teeth) stage fuzz-teeth 540 "python3 -m pytest -rf -q -n 6 tests/test_fuzz.py -p no:cacheprovider" ;;  # GPU-only mutants run only here
     fuzz-gpu) stage fuzz-gpu 400 "python3 -m fuzz kernels --examples 40 --backend cuda && python3 -m fuzz msa-kernels --examples 40 --backend cuda" ;;  # the GPU-only feeds and kernels, clean
-    refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k "stock_topk or cp1 or replay"" ;;
+    refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k 'stock_topk or cp1 or replay'" ;;
     bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
     bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
     bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;

@@ -1,0 +1,132 @@
+"""``.ci/gpu-session.sh``, the batch of GPU checks a lent machine runs, read on any machine:
+every stage runs with the programs it calls stubbed (each records its arguments), and each
+recorded command is held to what it names — pytest's files, options and -k / -m
+expressions, the modules and options of ``python -m``, the Makefile's targets, the Python
+of ``-c``. A stage spends scarce device time; one whose command is malformed (a quote that
+splits a -k expression into file names, a moved test file) must fail here, not there.
+"""
+
+import ast
+import importlib
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / ".ci" / "gpu-session.sh"
+# The programs a stage may call; each is stubbed to record its argv.
+STUBBED = ("python3", "make", "ncu", "compute-sanitizer", "nvidia-smi")
+# pytest options that take a value (as the stages spell them); any other option is a flag.
+PYTEST_VALUED = {"-k", "-m", "-n", "-p"}
+PYTEST_FLAGS = {"-q", "-v", "-s", "-x", "-rf"}
+PYTEST_JOINED = ("--durations=", "--shard")
+
+
+def _stages() -> list[str]:
+    """The stage names of the script's case arms (``a|b)`` gives both)."""
+    arms = re.findall(r"^\s+([a-z0-9|-]+)\)\s", SCRIPT.read_text(), flags=re.M)
+    return [name for arm in arms for name in arm.split("|")]
+
+
+def _recorded(stage: str, tmp_path: Path) -> list[list[str]]:
+    """The argv of every stubbed program the stage ran, in order."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.jsonl"
+    bin_dir.mkdir()
+    for name in STUBBED:
+        stub = bin_dir / name
+        stub.write_text(
+            f"#!{sys.executable}\nimport json, os, sys\n"
+            f'with open(os.environ["STUB_LOG"], "a") as f:\n'
+            f'    f.write(json.dumps([{name!r}, *sys.argv[1:]]) + "\\n")\n'
+        )
+        stub.chmod(0o755)
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), "STUB_LOG": str(log)}
+    done = subprocess.run(["bash", str(SCRIPT), stage], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "unknown stage" not in done.stdout, done.stdout + done.stderr
+    assert log.exists(), f"{stage}: ran none of {STUBBED}"
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def _check_pytest(stage: str, args: list[str]) -> None:
+    """Every positional argument is a test file that exists (a node id's file part), every
+    option one the stages use, each valued option followed by a value that is not itself a
+    file or an option, and every -k / -m a boolean expression pytest can parse."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in PYTEST_VALUED:
+            value = args[i + 1] if i + 1 < len(args) else ""
+            assert value and not value.startswith("-"), f"{stage}: {arg} has no value: {args}"
+            if arg in ("-k", "-m"):
+                # pytest's own grammar: names joined by and / or / not and parentheses
+                words = re.findall(r"[()]|[^\s()]+", value)
+                assert words and all(re.fullmatch(r"[\w\[\]\-.:]+|[()]", w) for w in words), (stage, arg, value)
+                python = " ".join(w if w in ("and", "or", "not", "(", ")") else "x" for w in words)
+                ast.parse(python, mode="eval")  # a dangling `or` is a SyntaxError
+            i += 2
+            continue
+        if arg in PYTEST_FLAGS or arg.startswith(PYTEST_JOINED):
+            i += 2 if arg == "--shard" else 1
+            continue
+        assert not arg.startswith("-"), f"{stage}: pytest option {arg!r} unknown to this test: add it"
+        path = arg.split("::")[0]
+        assert (ROOT / path).is_file(), f"{stage}: pytest argument {arg!r} is no test file ({args})"
+        i += 1
+
+
+def _check_python(stage: str, args: list[str]) -> None:
+    """``python3 -m MODULE ...``: the module exists (pytest's arguments checked as such);
+    ``python3 -c CODE``: the code parses."""
+    if args[0] == "-c":
+        for node in ast.walk(ast.parse(args[1])):  # what it imports from the project exists
+            if isinstance(node, ast.ImportFrom) and node.module.split(".")[0] in ("fast", "fuzz", "reference"):
+                module = importlib.import_module(node.module)
+                missing = [a.name for a in node.names if not hasattr(module, a.name)]
+                assert not missing, f"{stage}: {node.module} has no {missing}"
+        return
+    assert args[0] == "-m", f"{stage}: python3 {args}"
+    module, rest = args[1], args[2:]
+    if module == "pytest":
+        _check_pytest(stage, rest)
+        return
+    parts = module.split(".")
+    assert ROOT.joinpath(*parts).with_suffix(".py").is_file() or (ROOT.joinpath(*parts) / "__main__.py").is_file(), (
+        f"{stage}: no module {module}"
+    )
+
+
+@pytest.mark.parametrize("stage", _stages())
+def test_every_stage_names_what_exists(stage, tmp_path):
+    calls = _recorded(stage, tmp_path)
+    targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), flags=re.M))
+    for program, *args in calls:
+        if program in ("ncu", "compute-sanitizer"):  # a profiler's own options, then the program it runs
+            assert "python3" in args, f"{stage}: {program} runs no python3: {args}"
+            program, args = "python3", args[args.index("python3") + 1 :]
+        if program == "python3":
+            _check_python(stage, args)
+        elif program == "make":
+            assert args and all(a in targets for a in args), f"{stage}: make {args} (targets: {sorted(targets)})"
+
+
+def test_the_stage_list_is_read_whole():
+    """The arms this test parametrizes over are the script's: a regex that missed some would
+    leave them unchecked."""
+    stages = _stages()
+    assert {"test-units-0", "test-units-1", "refail", "bench", "ncu-stalls"} <= set(stages)
+    assert len(stages) == SCRIPT.read_text().count(") stage ") + 1  # one arm holds two names
+
+
+def test_a_split_expression_is_caught():
+    """The check has teeth: a -k expression split by its quotes into file names fails it."""
+    split = shlex.split("-q -x tests/test_fuzz.py -k stock_topk or cp1")
+    with pytest.raises(AssertionError):
+        _check_pytest("planted", split)
+    with pytest.raises(SyntaxError):
+        _check_pytest("planted", ["-k", "stock_topk or"])
