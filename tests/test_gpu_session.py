@@ -7,6 +7,7 @@ splits a -k expression into file names, a moved test file) must fail here, not t
 """
 
 import ast
+import functools
 import importlib
 import json
 import os
@@ -108,11 +109,63 @@ def test_every_stage_names_what_exists(stage, tmp_path):
     for program, *args in calls:
         if program in ("ncu", "compute-sanitizer"):  # a profiler's own options, then the program it runs
             assert "python3" in args, f"{stage}: {program} runs no python3: {args}"
-            program, args = "python3", args[args.index("python3") + 1 :]
+            program, args = _unwrapped(program, args)
         if program == "python3":
             _check_python(stage, args)
         elif program == "make":
             assert args and all(a in targets for a in args), f"{stage}: make {args} (targets: {sorted(targets)})"
+
+
+def _unwrapped(program: str, args: list[str]) -> tuple[str, list[str]]:
+    """A profiler's call as the program it runs (its own options dropped)."""
+    if program in ("ncu", "compute-sanitizer") and "python3" in args:
+        return "python3", args[args.index("python3") + 1 :]
+    return program, args
+
+
+@functools.cache
+def _k_selections() -> list[tuple[str, list[str]]]:
+    """(stage, pytest arguments) of every pytest call with a -k expression, read once."""
+    import tempfile
+
+    found = []
+    for stage in _stages():
+        with tempfile.TemporaryDirectory() as tmp:
+            for call in _recorded(stage, Path(tmp)):
+                program, args = _unwrapped(call[0], call[1:])
+                if program == "python3" and args[:2] == ["-m", "pytest"] and "-k" in args:
+                    found.append((stage, args[2:]))
+    return found
+
+
+@pytest.mark.parametrize("stage,args", _k_selections(), ids=[s for s, _ in _k_selections()])
+def test_every_k_name_selects_a_test(stage, args):
+    """Each name of a stage's -k expression matches some test of its files and markers, as
+    pytest matches it (a substring of a node's name or of its file's): a test renamed
+    since would drop out of the stage without a word."""
+    keep, i = [], 0
+    while i < len(args):  # the files and -m, without -k, xdist or plugins options
+        if args[i] in PYTEST_VALUED:
+            if args[i] == "-m":
+                keep += args[i : i + 2]
+            i += 2
+        else:
+            if not args[i].startswith("-"):
+                keep.append(args[i])
+            i += 1
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *keep],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    ids = [line.lower() for line in done.stdout.splitlines() if "::" in line]
+    assert ids, done.stdout[-2000:] + done.stderr[-2000:]
+    expression = args[args.index("-k") + 1]
+    for name in re.findall(r"[^\s()]+", expression):
+        if name not in ("and", "or", "not"):
+            assert any(name.lower() in node for node in ids), f"{stage}: -k {name!r} selects none of {len(ids)} tests"
 
 
 def test_the_stage_list_is_read_whole():
