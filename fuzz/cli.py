@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from .runner import parse_example, replay, run_campaign
+from .runner import parse_example, replay, resolve_backend, run_campaign
 from .targets import TARGETS
 
 
@@ -75,6 +75,7 @@ def main(argv=None) -> int:
     if args.target == "replay":
         try:
             parse_example(args.example or "", args.example_json)
+            resolve_backend(args.backend)
         except ValueError as exc:  # before any campaign machinery: one line, exit 2
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -91,6 +92,11 @@ def main(argv=None) -> int:
         plans = [(args.target, dict(smoke=True))]
     else:
         plans = [(args.target, dict(examples=args.examples, minutes=args.minutes))]
+    try:
+        resolve_backend(args.backend)
+    except ValueError as exc:  # before any campaign: not a finding of each target's
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     ok = True
     for name, budget_kw in plans:
         ok &= _report(run_campaign(name, seed=args.seed, backend=args.backend, **budget_kw))

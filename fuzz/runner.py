@@ -21,14 +21,18 @@ DB_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 BATCH = 50  # examples per Hypothesis run when running against the clock
 
 
-def _resolve(backend: str) -> str:
-    """ "auto" -> "cuda" where a GPU is visible, else "cpu" (imports fast: call it after
-    the CLI has settled TRITON_INTERPRET)."""
-    if backend != "auto":
-        return backend
+def resolve_backend(backend: str) -> str:
+    """ "auto" -> "cuda" where a GPU is visible, else "cpu"; "cuda" without a visible GPU
+    is a ValueError naming the backend (else every example would fail on it and be
+    reported as a finding). Imports fast: call it after the CLI has settled
+    TRITON_INTERPRET."""
     from fast.backend import gpu_count
 
-    return "cuda" if gpu_count() else "cpu"
+    if backend == "auto":
+        return "cuda" if gpu_count() else "cpu"
+    if backend == "cuda" and not gpu_count():
+        raise ValueError("backend: 'cuda' needs a CUDA GPU, and none is visible (use 'cpu' or 'auto')")
+    return backend
 
 
 @dataclass
@@ -96,7 +100,7 @@ def run_campaign(
     smoke = smoke or not (examples or minutes)
     stream = stream or sys.stderr
     target = TARGETS[name]
-    ctx = Context(_resolve(backend), {})
+    ctx = Context(resolve_backend(backend), {})
     progress = _Progress(name, stream, quiet)
     deadline = time.monotonic() + minutes * 60 if minutes else None
     budget = examples or (None if minutes else target.smoke)
@@ -199,7 +203,7 @@ def replay(name: str, example_text: str, backend: str = "auto") -> None:
     """Re-run one example (as printed by a failure); raises what the check raises (a bad
     example: ValueError before anything runs)."""
     example = parse_example(name, example_text)
-    ctx = Context(_resolve(backend), {})
+    ctx = Context(resolve_backend(backend), {})
     try:
         TARGETS[name].check(example, ctx)
     finally:

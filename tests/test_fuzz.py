@@ -91,6 +91,18 @@ def test_budgets_below_one_are_refused(capsys, argv):
     assert "must be above 0" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+@pytest.mark.parametrize("argv", [["kernels", "--examples", "1"], ["replay", "reference", "CFG"]])
+def test_cuda_backend_without_a_gpu_is_one_error(capsys, argv):
+    """--backend cuda on a machine with no GPU is a usage error before any example, not a
+    "FAILURE" with a shrunk example that every target would report."""
+    cfg = example_json(DecodeConfig(1, 2, 4, 1, (3000,), 30, "exact"))
+    assert main([cfg if a == "CFG" else a for a in argv] + ["--backend", "cuda"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.strip() == "error: backend: 'cuda' needs a CUDA GPU, and none is visible (use 'cpu' or 'auto')"
+    assert "FAILURE" not in captured.out
+
+
 def test_time_budget_stops():
     result = run_campaign("reference", minutes=0.05, seed=1, database=False, quiet=True)
     assert not result.found and result.examples > 0 and result.seconds < 60
