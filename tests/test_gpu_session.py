@@ -6,6 +6,7 @@ of ``-c``. A stage spends scarce device time; one whose command is malformed (a 
 splits a -k expression into file names, a moved test file) must fail here, not there.
 """
 
+import argparse
 import ast
 import functools
 import importlib
@@ -97,9 +98,34 @@ def _check_python(stage: str, args: list[str]) -> None:
         _check_pytest(stage, rest)
         return
     parts = module.split(".")
-    assert ROOT.joinpath(*parts).with_suffix(".py").is_file() or (ROOT.joinpath(*parts) / "__main__.py").is_file(), (
-        f"{stage}: no module {module}"
-    )
+    package = (ROOT.joinpath(*parts) / "__main__.py").is_file()
+    assert package or ROOT.joinpath(*parts).with_suffix(".py").is_file(), f"{stage}: no module {module}"
+    _parse_only(stage, importlib.import_module(f"{module}.__main__" if package else module).main, rest)
+
+
+class _Parsed(Exception):
+    """Raised by the patched parse_args once the command line has parsed: nothing runs."""
+
+
+def _parse_only(stage: str, main, args: list[str]) -> None:
+    """Run ``main(args)`` only as far as its argparse parser: a stale or misspelled option
+    is argparse's exit 2, a good command line stops at once after parsing."""
+    original = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, *a, **k):
+        original(self, *a, **k)
+        raise _Parsed
+
+    argparse.ArgumentParser.parse_args = parse_then_stop
+    try:
+        main(args)
+    except _Parsed:
+        return
+    except SystemExit as exc:
+        raise AssertionError(f"{stage}: {args} does not parse (exit {exc.code})") from exc
+    finally:
+        argparse.ArgumentParser.parse_args = original
+    raise AssertionError(f"{stage}: {main.__module__}.main({args}) never parsed its command line")
 
 
 @pytest.mark.parametrize("stage", _stages())
