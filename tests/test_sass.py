@@ -18,6 +18,18 @@ def _compile_only(*args: str, timeout: int = 600) -> subprocess.CompletedProcess
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
+def test_sass_tool_refuses_shapes_no_launch_makes(capsys):
+    """Out-of-range shapes are argparse errors naming the option, before any compile (they
+    compiled a kernel no decode launches — slot 9 scored -1 rows — or took the default unsaid)."""
+    from fast.tools.sass import main
+
+    for argv, name in ((["--hs", "0"], "--hs"), (["--first-slot", "8"], "--first-slot"), (["--pages", "0"], "--pages")):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2, (argv, name)
+        assert f"argument {name}: must be in" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     dump = tmp_path / "scorer.sass"

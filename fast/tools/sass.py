@@ -29,6 +29,8 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
+from indexer_constants import PAGE, SLOTS
+
 from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from ..kernels.guards import table_bounds_kernel
 from ..kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
@@ -445,20 +447,38 @@ def kernel_loop_mix(fn, signature: dict, constexprs: dict, warps: int, mma: bool
     return main_loop_mix(disassemble(kernel.asm["cubin"]), mma)
 
 
+def _int_in(low: int, high: int):
+    """An argparse type: an int in ``low..high`` (a value out of range would compile a
+    kernel no launch makes, or fall back to the default unsaid)."""
+
+    def parse(text: str) -> int:
+        value = int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, not {text}")
+        return value
+
+    parse.__name__ = "int"  # argparse names the type in its message for a bad literal
+    return parse
+
+
 def main(argv=None) -> int:
     """The module's command line (its docstring says what it prints); returns the exit
     status."""
     parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt", "msa-fp8", "msa-bf16"), default="wgmma")
-    parser.add_argument("--hs", type=int, default=1)
-    parser.add_argument("--first-slot", type=int, default=0, help="the first slot scored (7: a query_len 1 step)")
-    parser.add_argument("--tokens", type=int, help="prmt only: tokens per MMA block (default: the kernel's)")
-    parser.add_argument("--pages", type=int, help="pages per program (default: the kernel's)")
-    parser.add_argument("--warps", type=int, default=4, help="prmt only (wgmma: one warpgroup)")
-    parser.add_argument("--depth", type=int, help="wgmma only: blocks loaded ahead (default: the kernel's)")
+    parser.add_argument("--hs", type=_int_in(1, 8), default=1, help="heads of the tile, 1..8")
+    parser.add_argument(
+        "--first-slot", type=_int_in(0, SLOTS - 1), default=0, help="the first slot scored (7: a query_len 1 step)"
+    )
+    parser.add_argument(
+        "--tokens", type=_int_in(16, PAGE), help="prmt only: tokens per MMA block (default: the kernel's)"
+    )
+    parser.add_argument("--pages", type=_int_in(1, 64), help="pages per program (default: the kernel's)")
+    parser.add_argument("--warps", type=_int_in(1, 16), default=4, help="prmt only (wgmma: one warpgroup)")
+    parser.add_argument("--depth", type=_int_in(1, 8), help="wgmma only: blocks loaded ahead (default: the kernel's)")
     parser.add_argument(
         "--ring",
-        type=int,
+        type=_int_in(0, 32),
         help="wgmma: pages in its shared-memory ring, 0 for registers; msa: half-blocks in its ring (default: policy)",
     )
     parser.add_argument(
