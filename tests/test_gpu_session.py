@@ -56,8 +56,8 @@ def _recorded(stage: str, tmp_path: Path) -> list[list[str]]:
 
 def _check_pytest(stage: str, args: list[str]) -> None:
     """Every positional argument is a test file that exists (a node id's file part), every
-    option one the stages use, each valued option followed by a value that is not itself a
-    file or an option, and every -k / -m a boolean expression pytest can parse."""
+    option one the stages use, each valued option followed by a value (not an option), and
+    every -k / -m a boolean expression pytest can parse."""
     i = 0
     while i < len(args):
         arg = args[i]
@@ -73,7 +73,7 @@ def _check_pytest(stage: str, args: list[str]) -> None:
             i += 2
             continue
         if arg in PYTEST_FLAGS or arg.startswith(PYTEST_JOINED):
-            i += 2 if arg == "--shard" else 1
+            i += 2 if arg == "--shard" else 1  # "--shard K/N" takes the next word
             continue
         assert not arg.startswith("-"), f"{stage}: pytest option {arg!r} unknown to this test: add it"
         path = arg.split("::")[0]
