@@ -20,9 +20,10 @@ bytes (``fast.tables.scale_tables``) instead of being computed per group, which 
 the group's 13 conversions. Up to N = 32 the table is copied into shared memory once a
 program and each group's entry gathered there (``page_ring.gather_tables``): a gather is
 on every block's dependent chain, shorter from shared memory than through L1, where the
-codes' loads also evict it; at N = 64 the gather goes through L1 (``fast.scorer.shared_tables``). The
-scale bytes and the table entries are loaded by a few lines of PTX (``_load_scales``,
-``_gather_tables``) that keep their addressing off the ALU pipe, the one the decode fills.
+codes' loads also evict it; at N = 64 the gather goes through L1
+(``fast.scorer.shared_tables``). The scale bytes and the table entries are loaded by a few
+lines of PTX (``_load_scales``, ``_gather_tables``) that keep their addressing off the ALU
+pipe, the one the decode fills.
 
 The MMA's N is the rows scored: a decode step fills only the tile's last query_len slots,
 and the kernel scores the rows from slot ``SLOT0`` on (``score_pages``' ``first_slot``), so
