@@ -54,31 +54,39 @@ def _recorded(stage: str, tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def _check_pytest(stage: str, args: list[str]) -> None:
-    """Every positional argument is a test file that exists (a node id's file part), every
-    option one the stages use, each valued option followed by a value (not an option), and
-    every -k / -m a boolean expression pytest can parse."""
-    i = 0
+def _pytest_args(stage: str, args: list[str]) -> tuple[list[str], dict[str, list[str]]]:
+    """A pytest command line as (its test paths, each valued option's values), held to:
+    every positional argument is a test file that exists (a node id's file part), every
+    option one the stages use, each valued option followed by a value (not an option)."""
+    paths, valued, i = [], {}, 0
     while i < len(args):
         arg = args[i]
         if arg in PYTEST_VALUED:
             value = args[i + 1] if i + 1 < len(args) else ""
             assert value and not value.startswith("-"), f"{stage}: {arg} has no value: {args}"
-            if arg in ("-k", "-m"):
-                # pytest's own grammar: names joined by and / or / not and parentheses
-                words = re.findall(r"[()]|[^\s()]+", value)
-                assert words and all(re.fullmatch(r"[\w\[\]\-.:]+|[()]", w) for w in words), (stage, arg, value)
-                python = " ".join(w if w in ("and", "or", "not", "(", ")") else "x" for w in words)
-                ast.parse(python, mode="eval")  # a dangling `or` is a SyntaxError
+            valued.setdefault(arg, []).append(value)
             i += 2
             continue
         if arg in PYTEST_FLAGS or arg.startswith(PYTEST_JOINED):
             i += 2 if arg == "--shard" else 1  # "--shard K/N" takes the next word
             continue
         assert not arg.startswith("-"), f"{stage}: pytest option {arg!r} unknown to this test: add it"
-        path = arg.split("::")[0]
-        assert (ROOT / path).is_file(), f"{stage}: pytest argument {arg!r} is no test file ({args})"
+        assert (ROOT / arg.split("::")[0]).is_file(), f"{stage}: pytest argument {arg!r} is no test file ({args})"
+        paths.append(arg)
         i += 1
+    return paths, valued
+
+
+def _check_pytest(stage: str, args: list[str]) -> None:
+    """``_pytest_args``' checks, and every -k / -m a boolean expression pytest can parse."""
+    _, valued = _pytest_args(stage, args)
+    for option in ("-k", "-m"):
+        for expression in valued.get(option, []):
+            # pytest's own grammar: names joined by and / or / not and parentheses
+            words = re.findall(r"[()]|[^\s()]+", expression)
+            assert words and all(re.fullmatch(r"[\w\[\]\-.:]+|[()]", w) for w in words), (stage, option, words)
+            python = " ".join(w if w in ("and", "or", "not", "(", ")") else "x" for w in words)
+            ast.parse(python, mode="eval")  # a dangling `or` is a SyntaxError
 
 
 def _check_python(stage: str, args: list[str]) -> None:
@@ -170,17 +178,10 @@ def test_every_k_name_selects_a_test(stage, tmp_path):
 
 
 def _check_k_names(stage: str, args: list[str]) -> None:
-    """What ``test_every_k_name_selects_a_test`` holds one pytest call to."""
-    keep, i = [], 0
-    while i < len(args):  # the files and -m, without -k, xdist or plugins options
-        if args[i] in PYTEST_VALUED:
-            if args[i] == "-m":
-                keep += args[i : i + 2]
-            i += 2
-        else:
-            if not args[i].startswith("-"):
-                keep.append(args[i])
-            i += 1
+    """What ``test_every_k_name_selects_a_test`` holds one pytest call to: its files and -m
+    collected (without its -k, xdist or plugin options), then each -k name matched."""
+    paths, valued = _pytest_args(stage, args)
+    keep = paths + [word for marks in valued.get("-m", []) for word in ("-m", marks)]
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *keep],
         cwd=ROOT,
@@ -190,8 +191,7 @@ def _check_k_names(stage: str, args: list[str]) -> None:
     )
     ids = [line.lower() for line in done.stdout.splitlines() if "::" in line]
     assert ids, done.stdout[-2000:] + done.stderr[-2000:]
-    expression = args[args.index("-k") + 1]
-    for name in re.findall(r"[^\s()]+", expression):
+    for name in (n for expression in valued["-k"] for n in re.findall(r"[^\s()]+", expression)):
         if name not in ("and", "or", "not"):
             assert any(name.lower() in node for node in ids), f"{stage}: -k {name!r} selects none of {len(ids)} tests"
 
