@@ -56,7 +56,7 @@ demo: $(ENV)
 
 # GPU machines: ceilings, scorer bandwidth, per-layer CP vs stock (results/bench-<time>/).
 bench: $(ENV)
-	$(PY) -m fast bench
+	$(PY) -m bench
 
 # Hypothesis campaigns (database under .hypothesis/, git-ignored). fuzz: ~10 minutes over
 # every target; fuzz-smoke: each target's smoke budget, the one CI runs.

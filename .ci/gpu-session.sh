@@ -42,15 +42,15 @@ for s in "$@"; do
     fuzz-teeth) stage fuzz-teeth 540 "python3 -m pytest -rf -q -n 6 tests/test_fuzz.py -p no:cacheprovider" ;;  # GPU-only mutants run only here
     fuzz-gpu) stage fuzz-gpu 400 "python3 -m fuzz kernels --examples 40 --backend cuda && python3 -m fuzz msa-kernels --examples 40 --backend cuda" ;;  # the GPU-only feeds and kernels, clean
     refail) stage refail 90 "python3 -m pytest -q -x tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_fuzz.py -k 'stock_topk or cp1 or replay'" ;;
-    bench-mid) stage bench-mid 200 "python3 -m fast bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
-    bench-quick) stage bench-quick 600 "python3 -m fast bench --quick --out $OUT/bench-quick" ;;
-    bench) stage bench 900 "python3 -m fast bench --out $OUT/bench" ;;
-    ncu) stage ncu 240 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from fast.tools.bench import scorer_once; scorer_once()'" ;;
-    ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from fast.tools.bench import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
-    pipes) stage pipes 120 "python3 -m fast.tools.pipe_rates" ;;
-    mmas) stage mmas 180 "python3 -m fast.tools.mma_rates" ;;
-    ncu-pipes) stage ncu-pipes 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --metrics regex:sm__inst_executed_pipe_.*sum.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active python3 -c \"from fast.tools.bench import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
-    scorer) stage scorer 420 "python3 -m fast bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
+    bench-mid) stage bench-mid 200 "python3 -m bench --contexts 2048 8192 131072 1048576 --batches 1 32 --out $OUT/bench-mid" ;;
+    bench-quick) stage bench-quick 600 "python3 -m bench --quick --out $OUT/bench-quick" ;;
+    bench) stage bench 900 "python3 -m bench --out $OUT/bench" ;;
+    ncu) stage ncu 240 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from bench.suite import scorer_once; scorer_once()'" ;;
+    ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
+    pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
+    mmas) stage mmas 180 "python3 -m bench.mma_rates" ;;
+    ncu-pipes) stage ncu-pipes 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --metrics regex:sm__inst_executed_pipe_.*sum.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
+    scorer) stage scorer 420 "python3 -m bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
     *) echo "unknown stage $s" | tee -a "$summary" ;;

@@ -1,7 +1,8 @@
 """The Triton implementation of CP decode for the MiniMax-M3 sparse-attention indexer (NVFP4
 keys; and BF16 / FP8 keys under the MSA rules): what a server imports.
-The contract is ``docs/DESIGN.md``; the tools (benchmark, demo, CLI, rank launcher) are
-``fast.tools`` and are not loaded from here.
+The contract is ``docs/DESIGN.md``; the user tools (CLI, demo, rank launcher) are
+``fast.tools`` and are not loaded from here; the performance lab is ``bench/`` beside the
+package, outside the wheel.
 
 Importing ``fast`` first settles where kernels run (``fast.backend``): Triton reads
 ``TRITON_INTERPRET`` when a kernel is defined, so it must be set before a kernel module loads.

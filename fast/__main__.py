@@ -1,4 +1,4 @@
-"""``python -m fast``: the demo, the bench and the launcher (``fast.tools.cli``)."""
+"""``python -m fast``: decode a saved case on N ranks, or the demo (``fast.tools.cli``)."""
 
 import sys
 

@@ -17,7 +17,7 @@ def select_backend() -> str:
 
     An explicit ``TRITON_INTERPRET=1`` in the environment forces ``"cpu"``;
     ``FAST_COMPILE_ONLY=1`` forces ``"cuda"`` without a GPU, so kernels can be compiled for
-    sm_90 and read (``python -m fast.tools.sass``) but not run.
+    sm_90 and read (``python -m bench.sass``) but not run.
     """
     if os.environ.get("FAST_COMPILE_ONLY") == "1":
         return "cuda"

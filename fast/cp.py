@@ -20,13 +20,12 @@ from .errors import new_record, raise_recorded
 from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from .kernels.guards import BOUND_WORDS
 from .layout import HeadLayout, compact_width
-from .scorer import score_pages
+from .scorer import run_scorer
 from .select.policy import (
     MAX_CHUNK,
     PUSH_GROUP,
     SPLIT_PROGRAMS,
     SelectShape,
-    check_split,
     plan_split,
     push_group,
     push_warps,
@@ -34,7 +33,6 @@ from .select.policy import (
     warp_select_keys,
 )
 from .select.warp_ptx import warp_asm_options
-from .stage_clock import StageClock
 from .symm import Symmetric, SymmetricTensor
 
 # Seconds a spin waits for a peer before it gives up. On GPUs peers run in lockstep, so two
@@ -95,6 +93,11 @@ class IndexerDecodeCP:
     # The plan's kernel: compact table, scorer lengths, real lengths, n_local and id bounds
     # (§6's; a format with other rules sets its own, of the same parameters).
     COMPACT_KERNEL = compact_table_kernel
+    # The push's select: programs per row (None: select_split's on a GPU, 1 elsewhere) and
+    # the columns one select ranks at once; the policy's unless select.policy.force_select
+    # fixed them (the tests' and the bench's every-shape runs).
+    split: int | None = None
+    max_chunk = MAX_CHUNK
 
     def __init__(
         self,
@@ -104,13 +107,10 @@ class IndexerDecodeCP:
         symm: Symmetric,
         spin_timeout_s: float | None = None,
         pdl: bool = False,
-        max_chunk: int = MAX_CHUNK,
-        split: int | None = None,
     ):
         if not isinstance(symm, Symmetric):
             raise TypeError(f"symm: expected a fast.symm.Symmetric (the ranks' buffers), got {type(symm).__name__}")
         cp = check_int("cp", symm.world, allowed=SUPPORTED_CP)
-        check_split(split)
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
         self.cp, self.rank, self.heads = cp, symm.rank, heads
@@ -127,7 +127,6 @@ class IndexerDecodeCP:
         self._timeout_ns = int(self.timeout_s * 1e9)
         self._wall = self.device.type != "cuda"  # the interpreter's spins read the host clock
         self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
-        self.max_chunk = max_chunk
         self._sms = sm_count(str(self.device)) if self.device.type == "cuda" else 0  # push_warps'
         self.width = 0  # compact width W, fixed by the first plan
         self.shape: SelectShape | None = None
@@ -137,10 +136,8 @@ class IndexerDecodeCP:
         self._tile_words = max_reqs * SLOTS * heads * self._row_words
         self._recv_elems = cp * self.rows_max * self.layout.heads_per_rank * TOPK
         self._plans: dict[int, CPPlan] = {}
-        # the push's programs per row (None: select_split on a GPU), its slices' keys (or,
-        # one program a row, the row's group keys: warp_groups_top16) and per-(row, head)
-        # counts (zero between calls)
-        self.split = split
+        # the push's slices' keys (or, one program a row, the row's group keys:
+        # warp_groups_top16) and per-(row, head) counts (zero between calls)
         self._parts = torch.zeros(
             max(SPLIT_PROGRAMS, self.rows_max * heads) * TOPK, dtype=torch.int64, device=self.device
         )
@@ -228,7 +225,6 @@ class IndexerDecodeCP:
         k_cache: torch.Tensor,
         out: torch.Tensor,
         query_len: int,
-        stage_times: dict | None = None,
     ) -> torch.Tensor:
         """One layer's CP decode for this rank's heads.
 
@@ -236,8 +232,6 @@ class IndexerDecodeCP:
         [N, 128, 72] (a subclass's format: its ``_check_forward``); out: int32 [B * q, Hr,
         16]. Returns out. Every rank must call it for
         the same layer and plan; a rank that does not is reported by check() on the others.
-        stage_times: if a dict, each stage's seconds are added to it (GPU: CUDA events, one
-        sync at the end; CPU: wall time): for the demo and the benchmark, never in production.
 
         A request of length 0 (padding) gets sixteen -1 per row. A request with a negative
         length, a length in 1 .. query_len - 1, or a block id outside ``[0, N)`` among the
@@ -249,18 +243,12 @@ class IndexerDecodeCP:
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        clock = StageClock(stage_times, self.device)
-        self.exchange(layer, plan, index_q, query_len)
-        clock.lap("exchange")
+        self._exchange(layer, plan, index_q, query_len)
         split_plan = self._split(rows)
         push_plan = self._push_plan(rows, split_plan)  # one-warp pushes launch early (release_select)
         self._score(layer, plan, k_cache, query_len, split_plan, push_plan)
-        clock.lap("score")
         self._push(layer, plan, query_len, split_plan, push_plan, k_cache.shape[0])
-        clock.lap("push")
-        self.merge(layer, plan, query_len, out, num_blocks=k_cache.shape[0])
-        clock.lap("merge")
-        clock.done()
+        self._merge(layer, plan, query_len, out, k_cache.shape[0])
         return out
 
     def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
@@ -279,7 +267,7 @@ class IndexerDecodeCP:
         """forward's scorer: the exchanged tile (the step's set) on the compact table and
         lying lengths (§6), the step's slots only."""
         rows = plan.batch * query_len
-        score_pages(
+        run_scorer(
             self._tile(layer, plan.batch),
             k_cache,
             plan.block_table,
@@ -293,11 +281,10 @@ class IndexerDecodeCP:
             first_slot=SLOTS - query_len,
         )
 
-    def exchange(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, query_len: int) -> None:
-        """The q exchange, forward's first stage (alone: for the benchmark's stages without
-        the scorer, then ``push`` and ``merge`` on every rank): each long request's queries
-        of this rank's heads (index_q: [B * q, Hr, 128] of ``query_dtype``) into every rank's
-        tile, then a wait for every rank's into this one's."""
+    def _exchange(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, query_len: int) -> None:
+        """The q exchange, forward's first stage: each long request's queries of this
+        rank's heads (index_q: [B * q, Hr, 128] of ``query_dtype``) into every rank's tile,
+        then a wait for every rank's into this one's."""
         q_exchange_kernel[(plan.batch * query_len,)](
             index_q.view(torch.int32),
             plan.seq_lens,
@@ -320,35 +307,19 @@ class IndexerDecodeCP:
             **pdl_options(self.pdl),
         )
 
-    def score(self, layer: CPLayer, plan: CPPlan, query_len: int, *, k_cache: torch.Tensor) -> None:
-        """The scorer alone, forward's second stage, for the benchmark: this rank's columns
-        of ``plan`` scored from the layer's tile (the set of its last exchange) into
-        ``plan.scores``."""
-        rows = plan.batch * query_len
-        split_plan = self._split(rows)
-        self._score(layer, plan, k_cache, query_len, split_plan, self._push_plan(rows, split_plan))
-
     def _split(self, rows: int) -> tuple:
         """``plan_split`` of the push over ``rows`` rows (batch x query_len): its programs per
         row, columns per program and their select shape. The push ranks ``_ranked_width()`` columns."""
         return plan_split(self.split, rows * self.heads, self._ranked_width(), self.device, self.shape)
 
-    def push(self, layer: CPLayer, plan: CPPlan, query_len: int, *, num_blocks: int) -> None:
-        """The push alone, forward's third stage, for the benchmark: each long row's local
-        top 16 of ``plan.scores`` (fp32 [B, 8 * H, W], as the scorer leaves it) into its
-        owners' slots of ``layer.recv`` (in the set of the layer's last exchange,
-        ``layer.current``). The keys stay there (the merge re-arms them): before
-        forward uses a layer that ran this, ``layer.recv.local.fill_(-1)`` on every rank.
-        num_blocks: N of the cache the scores came from (the guards' bound)."""
-        rows = plan.batch * query_len
-        split_plan = self._split(rows)
-        self._push(layer, plan, query_len, split_plan, self._push_plan(rows, split_plan), num_blocks)
-
     def _push(
         self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple, push_plan: tuple, num_blocks: int
     ) -> None:
-        """``push`` with its ``_split`` and ``_push_plan`` already planned (forward plans
-        them once, for the scorer's release too)."""
+        """forward's third stage: each long row's local top 16 of ``plan.scores`` (fp32
+        [B, 8 * H, W], as the scorer leaves it) into its owners' slots of ``layer.recv`` (in
+        the set of the step, ``layer.current``); ``split_plan`` and ``push_plan`` as forward
+        plans them once (the scorer's release needs them too). num_blocks: N of the cache
+        the scores came from (the guards' bound)."""
         split, columns, s = split_plan
         rows = plan.batch * query_len
         warps, keys = push_plan
@@ -386,15 +357,12 @@ class IndexerDecodeCP:
             **pdl_options(self.pdl),
         )
 
-    def merge(
-        self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor, *, num_blocks: int
-    ) -> torch.Tensor:
-        """The merge, forward's last stage (alone: for the benchmark, after ``push`` on every
-        rank): each row's HR heads' 16 best of the CP x 16 candidates in ``layer.recv`` into
-        ``out`` (int32 [B * q, Hr, 16]), waiting for every rank's push; it re-arms the
-        candidates and the rows' q tile slots (the set of the layer's last exchange) and
-        flips ``layer.parity``. num_blocks: N of the step's cache (the guards' bound).
-        Returns out."""
+    def _merge(self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor, num_blocks: int) -> torch.Tensor:
+        """The merge, forward's last stage: each row's HR heads' 16 best of the CP x 16
+        candidates in ``layer.recv`` into ``out`` (int32 [B * q, Hr, 16]), waiting for every
+        rank's push; it re-arms the candidates and the rows' q tile slots (the set of the
+        layer's last exchange) and flips ``layer.parity``. num_blocks: N of the step's cache
+        (the guards' bound). Returns out."""
         merge_kernel[(plan.batch * query_len,)](
             plan.seq_lens,
             plan.bounds,

@@ -34,9 +34,7 @@ class Decode(Protocol):
         """The step's plan from block_table int32 [B, P] and seq_lens int32 [B]: eager,
         outside capture, no host sync."""
 
-    def forward(
-        self, layer, plan, index_q, k_cache, out, query_len: int, stage_times: dict | None = None
-    ) -> torch.Tensor:
+    def forward(self, layer, plan, index_q, k_cache, out, query_len: int) -> torch.Tensor:
         """One layer's decode: index_q [B * q, local_heads, 128] of ``query_dtype``, k_cache
         in the decode's format, out int32 [B * q, local_heads, 16] (the selected page ids),
         q = query_len. Returns out. Capturable."""

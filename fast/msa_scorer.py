@@ -30,7 +30,7 @@ KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
 KERNELS = ("mma", "dot")
 # The dot kernel, per key dtype: columns per program (the tile's rows are loaded and converted
 # once per program) and the column loop's pipeline depth on GPUs; measured choices
-# (fast/tools/PERF.md).
+# (bench/PERF.md).
 COLS_PER_PROGRAM = {torch.bfloat16: 8, torch.float8_e4m3fn: 4}
 STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 2}
 NUM_WARPS = 4
@@ -41,14 +41,14 @@ def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
     kernel for E4M3 keys, and for BF16 up to N 32, where its bulk ring of two slots fits
     (``ring_feed``) and, since a ring of two issues each copy before the wait for the
     half-block ahead of it, measured faster than the dot kernel at every grid
-    (fast/tools/PERF.md). BF16 at N 64 (no bulk ring fits beside its q tile) keeps the dot
+    (bench/PERF.md). BF16 at N 64 (no bulk ring fits beside its q tile) keeps the dot
     kernel."""
     return "mma" if dtype == torch.float8_e4m3fn or rows <= 32 else "dot"
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight as
 # a program waits (two in a ring of two: ``msa_scorer_mma._refill``; measured choices:
-# fast/tools/PERF.md). It is filled by bulk copies where it fits the static shared memory
+# bench/PERF.md). It is filled by bulk copies where it fits the static shared memory
 # beside the kernel's own buffers (``max_stages``), else by every thread's cp.async copies
 # in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring
 # takes one slot fewer (WIDE_RING_STAGES): a fourth slot beside the larger q tile and maxima
@@ -60,7 +60,7 @@ WIDE_RING_STAGES = {torch.bfloat16: 2, torch.float8_e4m3fn: 3}
 # an SM by registers, as many as its shared memory allows at N 8 (ptxas alone takes 88-106:
 # five). Elsewhere ptxas's choice: at N 32 shared memory allows five programs either way,
 # at N 64 the cap spills, and BF16 measured slower capped at N 32 and no faster at N 8 / 16
-# (fast/tools/PERF.md).
+# (bench/PERF.md).
 BULK_FP8_MAX_REGISTERS = 80
 
 
@@ -68,7 +68,7 @@ def mma_partials(rows: int, ppp: int) -> int:
     """The mma kernel's partial maxima a block and row (``page_maxima.page_max``) at N =
     ``rows`` with ``ppp`` columns a program: 8 (two shuffle rounds a block) from 4 columns
     on, where the NVFP4 scorer's 32 (no shuffle) takes 4x the shared memory, a program an SM
-    at N 16 and 32, and measured no faster at any N (fast/tools/PERF.md); below, the
+    at N 16 and 32, and measured no faster at any N (bench/PERF.md); below, the
     shared policy (``partial_maxima``: a few columns keep little shared memory either
     way)."""
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
@@ -145,11 +145,6 @@ def score_blocks(
     q_set_stride: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
-    kernel: str | None = None,
-    ppp: int | None = None,
-    stages: int | None = None,
-    tensor_copies: bool = True,
-    loads_only: bool = False,
 ) -> torch.Tensor:
     """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
 
@@ -168,6 +163,48 @@ def score_blocks(
     dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
     NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
     is recorded: a program's first, and the record's first writer wins.
+    """
+    return run_block_scorer(
+        q_tile,
+        k_cache,
+        block_table,
+        lens,
+        out,
+        num_pages=num_pages,
+        stride=stride,
+        offset=offset,
+        first_slot=first_slot,
+        q_sel=q_sel,
+        q_set_stride=q_set_stride,
+        pdl=pdl,
+        error=error,
+    )
+
+
+def run_block_scorer(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    num_pages: int,
+    stride: int = 1,
+    offset: int = 0,
+    first_slot: int = 0,
+    q_sel: torch.Tensor | None = None,
+    q_set_stride: int = 0,
+    pdl: bool = False,
+    error: torch.Tensor | None = None,
+    kernel: str | None = None,
+    ppp: int | None = None,
+    stages: int | None = None,
+    tensor_copies: bool = True,
+    loads_only: bool = False,
+) -> torch.Tensor:
+    """``score_blocks`` with the launch's own knobs, which the tests and the bench set (a
+    server calls ``score_blocks``, which leaves them to the policy). Returns ``out``.
+
     kernel: "mma" or "dot" (default: ``gpu_kernel``'s on a GPU, "dot" elsewhere; the mma
     kernel runs on GPUs only).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for

@@ -24,7 +24,7 @@ class MsaStockDecode(StockDecode):
     ``StockDecode``'s state, plan and interface (``new_layer()``, ``plan()`` once per step,
     no host sync; ``forward(layer, plan, ...)``, ``check()``, ``reset()``), with this
     format's tile, id bounds (the whole causal range is read), scorer and select.
-    key_format: "bf16" or "fp8" (the dtype of queries and keys). split: as StockDecode's.
+    key_format: "bf16" or "fp8" (the dtype of queries and keys).
     """
 
     BOUNDS_KERNEL = msa_bounds_kernel
@@ -39,12 +39,11 @@ class MsaStockDecode(StockDecode):
         init_blocks: int,
         local_blocks: int,
         pdl: bool = False,
-        split: int | None = None,
     ):
         if key_format not in KEY_FORMATS:
             raise ValueError(f"key_format: must be one of {tuple(KEY_FORMATS)}, got {key_format!r}")
         checks.forced_windows(init_blocks, local_blocks)
-        super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl, split=split)
+        super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl)
         self.key_format = key_format
         self.query_dtype = self.tile_dtype = KEY_FORMATS[key_format]
         self.init_blocks, self.local_blocks = init_blocks, local_blocks

@@ -33,7 +33,7 @@ KERNELS = ("wgmma", "table")
 
 # The wgmma kernel's launch policy (its shapes, program sizes, register cap, ring and table
 # placement; the MSA mma kernel takes its N and program sizes from here too). Each choice
-# was measured: fast/tools/PERF.md.
+# was measured: bench/PERF.md.
 
 # Most pages per program, and 64-token blocks loaded ahead of the one decoded.
 WGMMA_PAGES = 8
@@ -87,7 +87,7 @@ def ring_pages(rows: int, pages: int) -> int:
     then travels in shared memory, where ptxas cannot move its loads to just before their
     use as it does with registers. 0 elsewhere: on shorter programs the ring's first page
     is waited for whole and measured behind, and N = 32 measured level or behind
-    (fast/tools/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
+    (bench/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
     an SM."""
     return 2 if (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) else 0
 
@@ -175,7 +175,15 @@ def plan_scorer(
     error: torch.Tensor | None = None,
 ) -> ScorerLaunch | None:
     """``score_pages``' checks and its launch, not run (None: nothing to score). Arguments
-    as ``score_pages``'."""
+    as ``score_pages``', and the launch's own, which the decodes, the tests and the bench
+    set (a server calls ``score_pages``):
+
+    prefetch (pdl, wgmma): load the lengths, the table and each program's first blocks
+    before the PDL wait — only where the producer releases the scorer after its own wait,
+    so that nothing earlier in the stream still writes them.
+    release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
+    kernel: "wgmma" (the GPU default) or "table" (the interpreter's; on a GPU to compare).
+    """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     device = q_tile.device
     checks.scorer_operands(k_cache, lens, batch, device)
@@ -236,6 +244,15 @@ def plan_scorer(
     return ScorerLaunch(score_kernel_table, (batch, triton.cdiv(width, v)), args, options)
 
 
+def run_scorer(*args, **options) -> None:
+    """``plan_scorer``'s launch, run (nothing where there is nothing to score): the decodes'
+    call, which passes their PDL choices (``prefetch``, ``release``), and the tests' where
+    they pick the kernel."""
+    launch = plan_scorer(*args, **options)
+    if launch is not None:
+        launch()
+
+
 def score_pages(
     q_tile: torch.Tensor,
     k_cache: torch.Tensor,
@@ -247,9 +264,6 @@ def score_pages(
     q_set_stride: int = 0,
     first_slot: int = 0,
     pdl: bool = False,
-    prefetch: bool = False,
-    release: bool = False,
-    kernel: str | None = None,
     error: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Score pages by the contract of docs/DESIGN.md §4. Returns ``out``.
@@ -267,18 +281,13 @@ def score_pages(
     ``q_tile + q_sel[0] * q_set_stride`` bytes (the CP path's two tile sets; q_sel int64
     ``[1]``, the stride a multiple of 16); by default the tile itself. pdl: launch as a
     programmatic dependent (GPUs), waiting for the producer before reading the tile.
-    prefetch (pdl, wgmma): load the lengths, the table and each program's first blocks
-    before that wait — only where the producer releases the scorer after its own wait, so
-    that nothing earlier in the stream still writes them.
-    release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
-    kernel: "wgmma" (the GPU default) or "table" (the interpreter's; on a GPU to compare).
 
     Every id read is checked against ``[0, N)`` on the device: a page outside it is never
     loaded and its stored columns get NaN; with ``error`` (int32 [5], an error record as
     the decodes keep: ``fast.errors``), the first such (request, column, id) is recorded
     there for ``fast.errors.raise_recorded``.
     """
-    launch = plan_scorer(
+    run_scorer(
         q_tile,
         k_cache,
         block_table,
@@ -288,11 +297,6 @@ def score_pages(
         q_set_stride=q_set_stride,
         first_slot=first_slot,
         pdl=pdl,
-        prefetch=prefetch,
-        release=release,
-        kernel=kernel,
         error=error,
     )
-    if launch is not None:
-        launch()
     return out

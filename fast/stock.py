@@ -17,9 +17,8 @@ from .checks import MAX_REQS, check_int
 from .errors import new_record, raise_recorded
 from .kernels.guards import BOUND_WORDS, table_bounds_kernel
 from .kernels.stock import q_to_tile_kernel, stock_topk_kernel
-from .scorer import score_pages
-from .select.policy import SPLIT_PROGRAMS, SelectShape, check_split, plan_split, release_select
-from .stage_clock import StageClock
+from .scorer import run_scorer
+from .select.policy import SPLIT_PROGRAMS, SelectShape, plan_split, release_select
 
 
 def stock_row_stride(width: int) -> int:
@@ -59,15 +58,16 @@ class StockDecode:
     The same interface as ``IndexerDecodeCP``: ``new_layer()`` per layer, ``plan()`` once per
     step (no host sync; it fixes the score width at the first call), ``forward(layer, plan,
     ...)`` per layer, ``check()``. Buffers are per batch size, so forward is CUDA-graph safe
-    between plans. split: the top-16's programs per row (a power of two up to MAX_SPLIT;
-    None: the policy on a GPU, 1 elsewhere; lowered to what the scratch and the row hold).
+    between plans.
     """
 
-    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False, split: int | None = None):
+    # The top-16's programs per row (None: the policy on a GPU, 1 elsewhere; lowered to
+    # what the scratch and the row hold) unless select.policy.force_select fixed it.
+    split: int | None = None
+
+    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
-        check_split(split)
-        self.split = split
         self.heads = self.local_heads = heads
         self.max_reqs = max_reqs
         self.device = resolve_device(checks.device_arg(device))
@@ -133,20 +133,17 @@ class StockDecode:
         k_cache: torch.Tensor,
         out: torch.Tensor,
         query_len: int,
-        stage_times: dict | None = None,
     ) -> torch.Tensor:
         """One layer's stock decode. index_q: float8_e4m3fn [B * q, heads, 128]; k_cache:
         uint8 [N, 128, 72] (a subclass's format: its ``_check_forward``); out: int32
-        [B * q, heads, 16]. Returns out. stage_times: as
-        ``IndexerDecodeCP.forward``'s (stages "score", the q copy included, and "select").
-        Lengths and ids as ``IndexerDecodeCP.forward``: padding (0) and bad requests get
-        sixteen -1 per row, and ``check()`` names the first bad one."""
+        [B * q, heads, 16]. Returns out. Lengths and ids as ``IndexerDecodeCP.forward``:
+        padding (0) and bad requests get sixteen -1 per row, and ``check()`` names the
+        first bad one."""
         checks.state_operands(layer, plan, StockLayer, StockPlan, self._plans)
         self._check_forward(index_q, k_cache, out, query_len, plan.batch)
         rows = plan.batch * query_len
         if rows == 0:
             return out
-        clock = StageClock(stage_times, self.device)
         q_to_tile_kernel[(rows,)](
             index_q.view(torch.int32),
             plan.tile.view(torch.int32),
@@ -157,10 +154,7 @@ class StockDecode:
         )
         split = self._split(rows)
         self._score(plan, k_cache, query_len, split)
-        clock.lap("score")
         self._select(plan, out, query_len, split, k_cache.shape[0])
-        clock.lap("select")
-        clock.done()
         return out
 
     def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
@@ -169,7 +163,7 @@ class StockDecode:
 
     def _score(self, plan: StockPlan, k_cache: torch.Tensor, query_len: int, split_plan: tuple) -> None:
         """The scorer over the plan's whole table, the step's slots only."""
-        score_pages(
+        run_scorer(
             plan.tile,
             k_cache,
             plan.block_table[:, : plan.pages],
@@ -195,15 +189,12 @@ class StockDecode:
         """``plan_split`` of the top-16 over ``rows`` rows (batch x query_len)."""
         return plan_split(self.split, rows * self.heads, self.width, self.device, self.shape)
 
-    def select(self, plan: StockPlan, out: torch.Tensor, query_len: int, *, num_blocks: int) -> torch.Tensor:
-        """The top-16 stage alone, on the scores the plan's last forward left (forward runs
-        it; the benchmark times it by itself). out: int32 [B * q, heads, 16]; num_blocks: N
-        of the cache scored (the guards' bound)."""
-        return self._select(plan, out, query_len, self._split(plan.batch * query_len), num_blocks)
-
     def _select(
         self, plan: StockPlan, out: torch.Tensor, query_len: int, split_plan: tuple, num_blocks: int
     ) -> torch.Tensor:
+        """The top-16 stage on the scores the step's scorer left: out int32 [B * q, heads,
+        16]; split_plan as ``_split`` gives it; num_blocks: N of the cache scored (the
+        guards' bound). Returns out."""
         split, columns, shape = split_plan
         scores = plan.scores
         stock_topk_kernel[(plan.batch * query_len, self.heads, split)](

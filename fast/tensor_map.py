@@ -30,7 +30,7 @@ _DATA_TYPE = {torch.float8_e4m3fn: 0, torch.bfloat16: 1}  # UINT8, UINT16: the b
 _SWIZZLE_128B = 3
 # L2 promotion to 128 bytes, a box row: promoted to 256 bytes the copies landed later and
 # the scorer ran slower than with 1D bulk copies, where 128 bytes or none gained alike
-# (fast/tools/PERF.md).
+# (bench/PERF.md).
 L2_PROMOTION = 2
 _NO_FILL = 0
 _NO_INTERLEAVE = 0

@@ -132,7 +132,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "short rows stop one page early",
-        "reference/selection.py",
+        "reference/rules.py",
         "    return torch.where(k[None, :] <= own[:, None], k[None, :], -1).to(torch.int32)\n",
         "    return torch.where(k[None, :] < own[:, None], k[None, :], -1).to(torch.int32)\n",
         REFERENCE_TESTS,
@@ -140,7 +140,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "a request is long from 16 pages",
-        "reference/cp.py",
+        "reference/rules.py",
         "    return seq_lens.to(_I64) > TOPK * PAGE\n",
         "    return seq_lens.to(_I64) > (TOPK - 1) * PAGE\n",
         REFERENCE_TESTS,
@@ -238,8 +238,8 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     Bug(
         "push ignores the guard's verdict",
         "fast/kernels/cp.py",
-        "    if (own + 1 > _TOPK) & (verdict == 0):\n",
-        "    if own + 1 > _TOPK:\n",
+        "    if ~is_short_row(own) & (verdict == 0):\n",
+        "    if ~is_short_row(own):\n",
         CP_TESTS,
         "inputs",
     ),
@@ -263,8 +263,8 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     Bug(
         "stock short rows from 16 pages",
         "fast/kernels/stock.py",
-        "    elif own + 1 <= _TOPK:\n",
-        "    elif own <= _TOPK:\n",
+        "    elif is_short_row(own):\n",
+        "    elif is_short_row(own - 1):\n",
         ("tests/test_stock_decode.py -k short_long", "tests/test_stock_decode.py", "tests/test_guards.py"),
         "kernels",
     ),

@@ -17,8 +17,9 @@ import torch
 from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 
 from .decode import UNWRITTEN_Q, query_rows
+from .rules import long_requests, long_rows, own_pages
 from .scores import score_pages
-from .selection import assemble_rows, exact_keys, own_pages, top_keys, two_level_top16
+from .selection import assemble_rows, exact_keys, top_keys, two_level_top16
 from .validate import DecodeInputs, check_cp, check_decode_inputs, check_int
 
 _I64 = torch.int64
@@ -55,16 +56,6 @@ class HeadLayout:
 def compact_width(num_pages: int, cp: int) -> int:
     """``W = ceil(P / CP) + 1``: every page a rank can own, plus the page its length invents."""
     return -(-num_pages // cp) + 1
-
-
-def long_requests(seq_lens: torch.Tensor) -> torch.Tensor:
-    """bool ``[B]``: requests with a long row, i.e. whose last query's own page
-    ``(len - 1) // 128`` is >= 16 (seq_lens: int32 ``[B]``).
-
-    Only these are exchanged and scored: every row of any other request is short, its
-    output follows from its length alone, so its q and its scores would never be read. A
-    step with no long request touches no symmetric buffer at all."""
-    return seq_lens.to(_I64) > TOPK * PAGE
 
 
 def plan_rank(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int, width: int, cp: int, rank: int):
@@ -112,7 +103,7 @@ def local_top16(
     heads = scores.shape[1] // SLOTS
     s = query_rows(scores, query_len, heads)  # [rows, H, W]
     rows = s.shape[0]
-    n_rank = torch.where(own + 1 > TOPK, rank_cut(own, n_local.repeat_interleave(query_len), cp, rank), 0)
+    n_rank = torch.where(long_rows(own), rank_cut(own, n_local.repeat_interleave(query_len), cp, rank), 0)
     j = torch.arange(width, dtype=_I64)
     valid = (j[None, :] < n_rank[:, None])[:, None, :].expand(rows, heads, width)
     if bool(torch.isnan(s[valid]).any()):
@@ -130,8 +121,8 @@ def merge_candidates(received: torch.Tensor, own: torch.Tensor, rank: int) -> to
     """
     cp, rows, hr, _ = received.shape
     cands = received.permute(1, 2, 0, 3).reshape(rows, hr, cp * TOPK)
-    long_rows = own + 1 > TOPK
-    if bool((cands[long_rows] == PENDING).any()):
+    ranked = long_rows(own)
+    if bool((cands[ranked] == PENDING).any()):
         raise RuntimeError(f"rank {rank}: a long row is missing a peer's candidates (the merge would spin)")
     best = top_keys(torch.where(cands == PENDING, 0, cands).view(rows * hr, cp * TOPK), RANKED)
     return assemble_rows(best, own.repeat_interleave(hr)).view(rows, hr, TOPK)
@@ -179,7 +170,7 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
     elif check_int("width", width) < need:
         raise ValueError(f"width: must be at least ceil(P / CP) + 1 = {need} for P = {num_pages}, got {width}")
     own = own_pages(inputs.seq_lens, q)
-    long_rows = own + 1 > TOPK
+    ranked = long_rows(own)
     slots = slice(SLOTS - q, SLOTS)
 
     # Each rank's symmetric buffers, armed: q tile [B, 8, H, 128] bytes, receive [CP, rows, Hr, 16].
@@ -209,8 +200,8 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
         keys = local_top16(scores, own, n_local, q, cp, r)
         for h in range(heads):
             for o in layout.owners_of(h):
-                recv[o][r, long_rows, h - layout.heads_of(o).start] = keys[long_rows, h]
-        pushed = torch.where(long_rows[:, None, None], keys, PENDING)
+                recv[o][r, ranked, h - layout.heads_of(o).start] = keys[ranked, h]
+        pushed = torch.where(ranked[:, None, None], keys, PENDING)
         traces.append(RankTrace(r, tuple(layout.heads_of(r)), cbt, n_local, score_lens, scores, pushed))
 
     out = torch.full((rows, heads, TOPK), PENDING, dtype=torch.int32)

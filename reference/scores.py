@@ -8,6 +8,7 @@ from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
 
 from .arguments import check_pages, check_tensor
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
+from .rules import own_page
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).
 PAGE_CHUNK = 256
@@ -26,8 +27,7 @@ def stored_pages(lens: torch.Tensor) -> torch.Tensor:
 
     lens: int ``[B]``. Returns int64 ``[B, SLOTS]`` (negative means none).
     """
-    slot = torch.arange(SLOTS, dtype=torch.int64)
-    return (lens.to(torch.int64)[:, None] - SLOTS + slot[None, :]) // PAGE
+    return own_page(lens[:, None], torch.arange(SLOTS)[None, :])
 
 
 class _Workspace:

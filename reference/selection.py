@@ -9,30 +9,14 @@ import torch
 
 from indexer_constants import KEY_VALID_BIT, NO_KEY, PAGE_MASK, RANKED, TOPK
 
+from .rules import long_rows, short_rows
+
 # Long rows of the local top-16 use a two-level select over groups of this many columns:
 # the top 16 groups by group maximum, then the top 16 of those groups' members. Small, so
 # that rows past 128 columns (already at a few hundred pages) take the two-level path.
 TOPK_GROUP = 8
 
 _I64 = torch.int64
-
-
-def own_pages(seq_lens: torch.Tensor, query_len: int) -> torch.Tensor:
-    """The page of each query: ``own = (seq_len - query_len + i) // 128``.
-
-    seq_lens: int ``[B]``. Returns int64 ``[B * query_len]`` in row order ``b * query_len + i``.
-    """
-    i = torch.arange(query_len, dtype=_I64)
-    return ((seq_lens.to(_I64)[:, None] - query_len + i[None, :]) // 128).reshape(-1)
-
-
-def short_rows(own: torch.Tensor) -> torch.Tensor:
-    """Output of rows with ``own + 1 <= 16``: ``[0, 1, ..., own, -1, ...]``.
-
-    own: int64 ``[R]``. Returns int32 ``[R, 16]`` (meaningful only where own < 16).
-    """
-    k = torch.arange(TOPK, dtype=_I64)
-    return torch.where(k[None, :] <= own[:, None], k[None, :], -1).to(torch.int32)
 
 
 def ordered_bits(scores: torch.Tensor) -> torch.Tensor:
@@ -159,7 +143,7 @@ def assemble_rows(ranked_keys: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
     ``[R, 16]``; short rows (own + 1 <= 16) get ``[0..own, -1, ...]`` instead.
     """
     out = torch.cat([keys_to_pages(ranked_keys[:, :RANKED]), own[:, None]], dim=1)
-    return torch.where((own + 1 <= TOPK)[:, None], short_rows(own).to(_I64), out).to(torch.int32)
+    return torch.where(~long_rows(own)[:, None], short_rows(own).to(_I64), out).to(torch.int32)
 
 
 def select(scores: torch.Tensor, own: torch.Tensor, num_pages: int, key: str = "exact") -> torch.Tensor:

@@ -13,12 +13,12 @@ from types import SimpleNamespace
 import torch
 
 import reference
+from bench.layers import cp_stage_layers
 from fast.cp import IndexerDecodeCP
 from fast.errors import DecodeInputError, PeerTimeoutError
 from fast.graphs import GraphedDecode
 from fast.layout import HeadLayout
 from fast.msa_cp import MsaDecodeCP
-from fast.tools.bench_layers import cp_stage_layers
 from fast.tools.programs import case_format, on_device
 from fuzz.strategies import FF_BYTE_BF16
 from reference.cases import make_case

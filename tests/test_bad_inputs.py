@@ -20,14 +20,15 @@ import pytest
 import torch
 
 import reference
+from bench.variants import score_variant
 from fast.build import build_cp_decode
 from fast.cp import IndexerDecodeCP
 from fast.errors import BadBlockIdError, BadLengthError, new_record
 from fast.graphs import GraphedDecode
-from fast.scorer import score_pages
+from fast.scorer import run_scorer, score_pages
+from fast.select.policy import force_select
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
-from fast.tools.scorer_variants import score_variant
 from fuzz.runner import example_json
 from fuzz.strategies import DecodeConfig
 from reference.cases import make_case, seq_len_for
@@ -187,6 +188,12 @@ def _stock(**kw):
     return StockDecode(**(dict(heads=4, max_reqs=2, device=DEV) | kw))
 
 
+def _planned_cp():
+    state = _cp()
+    state.plan(on(CASE.block_table), on(CASE.seq_lens))
+    return state
+
+
 STATES = [
     Row("cp-world-3", lambda: _cp(symm=_World(3)), ValueError, "cp"),
     Row("cp-symm-none", lambda: _cp(symm=None), TypeError, "symm"),
@@ -194,7 +201,10 @@ STATES = [
     Row("cp-heads-float", lambda: _cp(heads=4.0), TypeError, "heads"),
     Row("cp-max-reqs-0", lambda: _cp(max_reqs=0), ValueError, "max_reqs"),
     Row("cp-max-reqs-past-int32-offsets", lambda: _cp(max_reqs=1 << 18), ValueError, "max_reqs"),
-    Row("cp-split-3", lambda: _cp(split=3), ValueError, "split"),
+    Row("cp-split-3", lambda: force_select(_cp(), split=3), ValueError, "split"),
+    Row("cp-max-chunk-24", lambda: force_select(_cp(), max_chunk=24), ValueError, "max_chunk"),
+    Row("cp-max-chunk-8", lambda: force_select(_cp(), max_chunk=8), ValueError, "max_chunk"),
+    Row("cp-select-after-plan", lambda: force_select(_planned_cp(), split=2), ValueError, "decode"),
     Row("cp-timeout-0", lambda: _cp(spin_timeout_s=0), ValueError, "spin_timeout_s"),
     Row("cp-timeout-str", lambda: _cp(spin_timeout_s="2"), ValueError, "spin_timeout_s"),
     Row("cp-timeout-day", lambda: _cp(spin_timeout_s=86400), ValueError, "spin_timeout_s"),
@@ -207,7 +217,8 @@ STATES = [
     Row("stock-heads-3", lambda: _stock(heads=3), ValueError, "heads"),
     Row("stock-heads-float", lambda: _stock(heads=2.0), TypeError, "heads"),
     Row("stock-max-reqs-0", lambda: _stock(max_reqs=0), ValueError, "max_reqs"),
-    Row("stock-split-3", lambda: _stock(split=3), ValueError, "split"),
+    Row("stock-split-3", lambda: force_select(_stock(), split=3), ValueError, "split"),
+    Row("stock-max-chunk", lambda: force_select(_stock(), max_chunk=16), ValueError, "max_chunk"),
     Row("stock-device-unknown", lambda: _stock(device="tpu"), ValueError, "device"),
     Row(
         "graphs-on-cpu",
@@ -398,11 +409,11 @@ def _variant(**kw):
 
 
 FAST_SCORER = [
-    Row("fast-score-kernel-unknown", _fast_scorer(kernel="fp8"), ValueError, "kernel"),
-    Row("fast-score-prmt-not-in-the-decode", _fast_scorer(kernel="prmt"), ValueError, "kernel"),
+    Row("fast-score-kernel-unknown", _fast_scorer(run_scorer, kernel="fp8"), ValueError, "kernel"),
+    Row("fast-score-prmt-not-in-the-decode", _fast_scorer(run_scorer, kernel="prmt"), ValueError, "kernel"),
     Row("fast-score-first-slot-8", _fast_scorer(first_slot=8), ValueError, "first_slot"),
     Row("fast-score-first-slot-float", _fast_scorer(first_slot=7.0), ValueError, "first_slot"),
-    Row("fast-score-release-without-pdl", _fast_scorer(release=True), ValueError, "release"),
+    Row("fast-score-release-without-pdl", _fast_scorer(run_scorer, release=True), ValueError, "release"),
     Row("fast-score-q-set-stride-unaligned", _fast_scorer(q_set_stride=24), ValueError, "q_set_stride"),
     Row("fast-score-q-set-stride-negative", _fast_scorer(q_set_stride=-16), ValueError, "q_set_stride"),
     Row("fast-score-q-sel-int32", _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int32))), TypeError, "q_sel"),

@@ -13,7 +13,7 @@ import torch
 def test_bench_header_names_a_dirty_tree(tmp_path, monkeypatch):
     """The report's commit is the tree's HEAD, "+dirty" while tracked files differ from it
     (untracked ones do not count), BENCH_COMMIT where set."""
-    from fast.tools.bench import source_commit
+    from bench.suite import source_commit
 
     monkeypatch.delenv("BENCH_COMMIT", raising=False)
     assert source_commit(str(tmp_path)) == "unknown"  # not a repository
@@ -53,9 +53,9 @@ BAD_GRIDS = {
 def test_bench_refuses_a_bad_grid_before_measuring(capsys, argv, name):
     """A bad --contexts / --batches / --world is a one-line error naming it, exit 2, on any
     machine, before the ceilings (which take minutes on a GPU) — not a failure deep inside."""
-    from fast.tools.cli import main
+    from bench.__main__ import main
 
-    assert main(["bench", *argv]) == 2
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {name}:"), err
 
@@ -65,7 +65,7 @@ def test_bench_report_prints_every_section():
     here would otherwise surface only at the end of a lent machine's benchmark run."""
     import io
 
-    from fast.tools.bench import print_report
+    from bench.suite import print_report
 
     layer = {
         "context": 8192,
@@ -203,7 +203,7 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
     """A run with the bench's no-decode probe (``decode: none``: the kernel with a free
     decode) says in each scorer verdict what the probe reached and how much of the decode's
     time the goal leaves there, or that the kernel misses it even without its decode."""
-    from fast.tools.targets import judge
+    from bench.targets import judge
 
     def row(hs, slots, frac, **variant):
         return dict(context=131072, batch=32, hs=hs, slots=slots, of_read_ceiling=frac, us=1.0, variant=variant)
@@ -253,7 +253,7 @@ def test_scorer_verdicts_weigh_each_goal_against_the_no_decode_probe():
 def test_targets_judge_each_target_on_the_runs_own_figures():
     """fast.targets: each of the issue's targets met, missed or not measured, on the points
     it names only (other batches, contexts and the scorer's variants do not count)."""
-    from fast.tools.targets import judge
+    from bench.targets import judge
 
     def scorer(context, batch, hs, slots, frac, us=1.0, **variant):
         return {
@@ -387,8 +387,8 @@ def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times
     every long row's 16 candidate slots hold the top 16 keys of its scores (as a set), and
     the merge then writes the reference's selection of the same scores; and the section
     runs (a stand-in timer calls each timed function once)."""
+    from bench import suite as bench
     from fast.backend import default_device
-    from fast.tools import bench
     from reference.selection import exact_keys, select, top_keys
 
     dev, heads, batch, q, columns = default_device(), bench.HEADS, 2, 4, 40
@@ -426,7 +426,7 @@ def test_gaussian_cache_pool_holds_quantized_keys():
     """The bench's realistic cache: quantizer output (every byte a page the reference
     dequantizes to finite keys), GAUSSIAN_PAGES distinct pages repeated, and scales that
     cluster (what makes its scale-table gathers cheaper than random bytes')."""
-    from fast.tools.timing import GAUSSIAN_PAGES, CachePool
+    from bench.timing import GAUSSIAN_PAGES, CachePool
     from reference.nvfp4 import dequantize_nvfp4, split_pages
 
     pool = CachePool(GAUSSIAN_PAGES + 3, torch.device("cpu"), keys="gaussian")
@@ -443,8 +443,10 @@ def test_same_bytes_section_reads_each_rows_bytes_once_and_prints_them(capsys):
     shapes, and one gathered read per distinct (batch, pages, page bytes); each row's
     fractions of the ceiling; the report prints both (the interpreter runs the read
     kernels; a stand-in timer times each size's sets once)."""
+    from bench import msa as bench_msa
+    from bench import suite as bench
+    from bench import timing
     from fast.backend import default_device
-    from fast.tools import bench, bench_msa, timing
 
     sizes = []
 
@@ -494,8 +496,8 @@ def test_gathered_read_kernel_reads_each_tables_pages_once(units):
     9216 bytes: 256-word chunks; a row width not a multiple of the program's pages)."""
     import triton
 
+    from bench import timing
     from fast.backend import default_device
-    from fast.tools import timing
 
     dev, batch, width, words = default_device(), 2, 5, 9216 // 4
     gen = torch.Generator().manual_seed(units)
@@ -514,7 +516,7 @@ def test_gpu_state_reads_nvidia_smi_or_says_nothing(tmp_path, monkeypatch):
     """timing.gpu_state: the SM clock, its maximum, the temperature and the power nvidia-smi
     gives as a bench section ends, and only the section's name where nvidia-smi is missing
     or answers something else (CI has none); the report's line lists what was read."""
-    from fast.tools import timing
+    from bench import timing
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
     assert timing.gpu_state("scorer") == {"after": "scorer"}
@@ -533,8 +535,8 @@ def test_gpu_state_reads_nvidia_smi_or_says_nothing(tmp_path, monkeypatch):
 def test_msa_sections_run_check_and_print(capsys):
     """The bench's MSA sections do their work on this backend (a stand-in timer calls each
     timed function once), the gate passes, and the report prints both formats' rows."""
+    from bench import msa as bench_msa
     from fast.backend import default_device
-    from fast.tools import bench_msa
 
     dev = default_device()
     calls = []

@@ -7,18 +7,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
+from bench.stages import StagedCP
 from fast.cp import IndexerDecodeCP
 from fast.errors import PeerTimeoutError
 from fast.kernels.cp import compact_table_kernel
 from fast.kernels.device import ERR_Q_TIMEOUT
-from fast.select.policy import QUEUED_PER_SM
+from fast.select.policy import QUEUED_PER_SM, force_select
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import decode_configs
 from indexer_constants import PAGE, SLOTS
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
-from reference.cp import long_requests, plan_rank
+from reference.cp import plan_rank
 from reference.decode import query_tile
-from reference.selection import exact_keys, own_pages, top_keys
+from reference.rules import long_requests, own_pages
+from reference.selection import exact_keys, top_keys
 from support import DEV, EDGE_ROW_LENS, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
@@ -96,7 +98,9 @@ def test_cp1_queued_push_equals_oracle(pattern, max_chunk, pages, warp_select):
     gen = torch.Generator().manual_seed(3)
     lens = (torch.randint(pages[0] * PAGE, pages[1] * PAGE, (batch,), generator=gen)).tolist()
     case = make_case(11, lens, query_len=query_len, heads=heads, pattern=pattern)
-    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
+    state = force_select(
+        IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV)), max_chunk=max_chunk
+    )
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     split_plan = state._split(batch * query_len)
@@ -128,7 +132,7 @@ def test_queued_wide_push_selects_in_two_levels(pattern, columns):
     high = 20 * PAGE if pattern == "few groups" else columns * PAGE
     lens = torch.randint(17 * PAGE, high, (batch,), generator=gen, dtype=torch.int32)
     lens[0] = columns * PAGE  # a row as wide as the plan
-    state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV))
+    state = StagedCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(DEV))
     layer = state.new_layer()
     plan = state.plan(on(torch.zeros(batch, columns, dtype=torch.int32)), on(lens))
     split_plan = state._split(batch * query_len)
@@ -156,9 +160,8 @@ def test_cp1_in_process_equals_oracle(cfg, max_chunk, split):
     row's push selects over 4 programs."""
     case = cfg.build()
     heads = case.index_q.shape[1]
-    state = IndexerDecodeCP(
-        heads=heads, max_reqs=max(1, len(cfg.seq_lens)), symm=SingleRankSymmetric(DEV), max_chunk=max_chunk, split=split
-    )
+    state = IndexerDecodeCP(heads=heads, max_reqs=max(1, len(cfg.seq_lens)), symm=SingleRankSymmetric(DEV))
+    force_select(state, max_chunk=max_chunk, split=split)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     plan.scores.fill_(POISON)
@@ -185,7 +188,7 @@ def test_cp_push_selects_the_last_rankable_column(max_chunk):
     reference.score_pages(query_tile(case.index_q, 1, 1), case.k_cache, case.block_table, case.seq_lens, scores)
     table = case.block_table.clone()
     table[0, -1] = table[0, int(scores[0, 7].argmax())]
-    state = IndexerDecodeCP(heads=1, max_reqs=1, symm=SingleRankSymmetric(DEV), max_chunk=max_chunk)
+    state = force_select(IndexerDecodeCP(heads=1, max_reqs=1, symm=SingleRankSymmetric(DEV)), max_chunk=max_chunk)
     layer = state.new_layer()
     plan = state.plan(on(table), on(case.seq_lens))
     out = on(torch.full((1, 1, 16), -7, dtype=torch.int32))
@@ -223,7 +226,7 @@ def test_push_writes_only_its_long_rows_slots(split):
     lens = torch.tensor([seq_len_for(38, 3), seq_len_for(9, 0), 0, seq_len_for(30, 1), -5], dtype=torch.int32)
     table = torch.zeros(5, columns, dtype=torch.int32)
     table[3, 4] = 99  # request 3 reads an id past the one-page cache: no rank pushes it
-    state = IndexerDecodeCP(heads=heads, max_reqs=6, symm=SingleRankSymmetric(DEV), split=split)
+    state = force_select(StagedCP(heads=heads, max_reqs=6, symm=SingleRankSymmetric(DEV)), split=split)
     layer = state.new_layer()
     plan = state.plan(on(table), on(lens))
     plan.scores.copy_(torch.randn(plan.scores.shape, generator=torch.Generator().manual_seed(split)))

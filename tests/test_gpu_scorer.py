@@ -9,10 +9,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import reference
+from bench.variants import dequant_pages_prmt, score_variant
 from fast.errors import new_record
 from fast.kernels import page_ring
 from fast.scorer import long_row_pages, max_ring, mma_rows
-from fast.tools.scorer_variants import dequant_pages_prmt, score_variant
 from indexer_constants import CODE_BYTES, PAGE, SLOTS
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
@@ -174,8 +174,8 @@ def test_the_benchs_scorer_variants_launch_at_their_size(hs):
     launches at that size and scores the page every slot's causal range holds: a variant
     the kernel has no room for is refused before it launches, never failed by the driver
     halfway through a bench (a ring beside N 32's 8-page maxima did that)."""
-    from fast.tools.bench import SCORER_VARIANTS
-    from fast.tools.timing import CachePool, random_tile
+    from bench.suite import SCORER_VARIANTS
+    from bench.timing import CachePool, random_tile
 
     dev = torch.device("cuda")
     gen = torch.Generator().manual_seed(3)

@@ -19,7 +19,7 @@ from fast.errors import (
     raise_recorded,
 )
 from fast.kernels.device import ERR_MERGE_TIMEOUT, ERR_PAGE_COPY_TIMEOUT, ERR_Q_TIMEOUT
-from fast.scorer import score_pages
+from fast.scorer import run_scorer
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
 from reference.cases import make_case, seq_len_for
@@ -200,7 +200,7 @@ def test_scorer_never_loads_a_bad_id(kernel):
     record = new_record(DEV)
     first = 8 - Q  # the step's slots; the others hold no query (0xFF) and are not scored
     operands = (on(tile), on(CASE.k_cache), on(table), on(CASE.seq_lens), got)
-    score_pages(*operands, kernel=kernel, error=record, first_slot=first)
+    run_scorer(*operands, kernel=kernel, error=record, first_slot=first)
     got = got.cpu()
     live = torch.arange(16) >= first * 2  # rows slot * 2 + head
     column = got[1, live, 11]

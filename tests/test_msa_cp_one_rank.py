@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from fast.errors import BadBlockIdError, BadLengthError
 from fast.kernels.msa_cp import msa_compact_table_kernel
 from fast.msa_cp import MsaDecodeCP
+from fast.select.policy import force_select
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import msa_configs
 from indexer_constants import PAGE
@@ -63,8 +64,9 @@ def test_compact_plan_matches_the_reference(cp, lens, p_table, extra):
         assert torch.equal(bounds.cpu(), msa_bounds(table, seq, p))
 
 
-def one_rank(case, **options) -> tuple[MsaDecodeCP, object, torch.Tensor]:
-    """(state, layer, out) after one CP = 1 forward of ``case`` over POISON-filled scores."""
+def one_rank(case, max_chunk=None, split=None) -> tuple[MsaDecodeCP, object, torch.Tensor]:
+    """(state, layer, out) after one CP = 1 forward of ``case`` over POISON-filled scores,
+    its push's select shape forced where ``max_chunk`` / ``split`` say (``force_select``)."""
     heads = case.index_q.shape[1]
     fmt = "fp8" if case.k_cache.dtype == torch.float8_e4m3fn else "bf16"
     state = MsaDecodeCP(
@@ -73,8 +75,8 @@ def one_rank(case, **options) -> tuple[MsaDecodeCP, object, torch.Tensor]:
         symm=SingleRankSymmetric(DEV),
         key_format=fmt,
         **case.windows(),
-        **options,
     )
+    force_select(state, max_chunk=max_chunk, split=split)
     layer = state.new_layer()
     plan = state.plan(on(case.block_table), on(case.seq_lens))
     plan.scores.fill_(POISON)  # a column the scorer leaves alone must never be ranked

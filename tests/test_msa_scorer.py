@@ -12,7 +12,7 @@ from triton.experimental.gluon import language as gl
 
 from fast.errors import new_record
 from fast.kernels import block_ring, page_ring
-from fast.msa_scorer import score_blocks
+from fast.msa_scorer import run_block_scorer
 from indexer_constants import SLOTS
 from reference import msa
 from reference.cases import seq_len_for
@@ -26,7 +26,7 @@ def fast_scores(tile, case, table, **kw):
     """fast's scores of ``tile`` on ``table`` over a POISON-filled output, on the CPU."""
     rows = SLOTS * tile.shape[2]
     got = on(torch.full((tile.shape[0], rows, table.shape[1]), POISON))
-    score_blocks(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, **kw)
+    run_block_scorer(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, **kw)
     return got.cpu()
 
 
@@ -96,7 +96,7 @@ def test_first_slot_and_the_tile_set_leave_the_rest_alone():
     got = on(torch.full((2, rows, case.block_table.shape[1]), POISON))
     sets = on(sets)
     q_sel = on(torch.ones(1, dtype=torch.int64))
-    score_blocks(
+    run_block_scorer(
         sets[0],
         on(case.k_cache),
         on(case.block_table),
@@ -160,7 +160,7 @@ def test_bad_arguments_name_themselves(change, match):
     }
     change(args)
     with pytest.raises((TypeError, ValueError), match=match):
-        score_blocks(**args)
+        run_block_scorer(**args)
 
 
 def test_the_rings_feed_fits_its_shared_memory():
@@ -279,17 +279,17 @@ def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slo
     tile, cache = on(query_tile(case.index_q, len(lens), query_len)), on(case.k_cache).clone()  # no map yet
     bt, sl = on(table), on(case.seq_lens)
     out = on(torch.full((len(lens), SLOTS * heads, 9), POISON))
-    score_blocks(tile, cache, bt, sl, out, **one)  # compiles the launch, and builds the map
+    run_block_scorer(tile, cache, bt, sl, out, **one)  # compiles the launch, and builds the map
     key_of_cache = tensor_map.key(cache)
     assert tensor_map._maps.pop(key_of_cache, None) is not None  # as if the capture came first
     out.fill_(POISON)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        score_blocks(tile, cache, bt, sl, out, **one)
+        run_block_scorer(tile, cache, bt, sl, out, **one)
     assert key_of_cache not in tensor_map._maps  # none built under capture
     graph.replay()
     assert same(out.cpu(), eager[True])
-    score_blocks(tile, cache, bt, sl, out, **one)
+    run_block_scorer(tile, cache, bt, sl, out, **one)
     assert key_of_cache in tensor_map._maps
 
 
@@ -308,10 +308,10 @@ def test_the_ring_probe_writes_nothing_and_needs_a_bulk_ring(dtype, heads, first
     record = new_record(DEV)
     one = {"num_pages": 9, "first_slot": first_slot, "kernel": "mma", "loads_only": True, "error": record}
     for copies in (True, False):
-        score_blocks(*args, out, tensor_copies=copies, **one)
+        run_block_scorer(*args, out, tensor_copies=copies, **one)
     assert bool((out == POISON).all()) and record.tolist() == [0] * 5
     with pytest.raises(ValueError, match="loads_only: probes a bulk ring"):
-        score_blocks(*args, out, ppp=8, stages=6, **one)  # 6 slots: no static ring holds them
+        run_block_scorer(*args, out, ppp=8, stages=6, **one)  # 6 slots: no static ring holds them
 
 
 @gluon.jit

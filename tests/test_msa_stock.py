@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from fast.errors import BadBlockIdError, BadLengthError
 from fast.msa_stock import MsaStockDecode, msa_stock_decode
-from fast.select.policy import SelectShape
+from fast.select.policy import SelectShape, force_select
 from fuzz.strategies import msa_configs
 from indexer_constants import PAGE, SLOTS
 from reference import msa
@@ -32,8 +32,8 @@ def run_stock(case, max_chunk: int = 1024, split: int | None = None):
         key_format=fmt,
         init_blocks=case.init_blocks,
         local_blocks=case.local_blocks,
-        split=split,
     )
+    force_select(sd, split=split)
     plan = sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
     # columns the scorer leaves alone must never be ranked: the row's padding past the

@@ -280,7 +280,7 @@ def test_rendezvous_without_a_peer_is_reported_not_a_hang():
 def _rendezvous(ctx, late_rank, absent_rank, timeout_s):
     """Two rendezvous on this rank (none if it is ``absent_rank``, after 0.5 s if it is
     ``late_rank``); the host's seconds until its stream got past them."""
-    from fast.tools.rendezvous import Rendezvous
+    from bench.rendezvous import Rendezvous
 
     meet = Rendezvous(ctx.symm, timeout_s=timeout_s)
     if ctx.rank == late_rank:

@@ -25,10 +25,52 @@ def test_runtime_imports_no_reference():
         "import sys, fast\n"
         "from fast import build_cp_decode, StockDecode, GraphedDecode, open_cuda_symmetric\n"
         "bad = [m for m in sys.modules if m == 'reference' or m.startswith('reference.') or "
-        "m.startswith('fast.tools')]\n"
+        "m.startswith('fast.tools') or m == 'bench' or m.startswith('bench.')]\n"
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_runtime_package_imports_nothing_of_the_lab():
+    """No module under fast/ imports the performance lab (bench/), which the wheel leaves
+    out: an installed copy would fail at that import."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    offenders = []
+    for path in sorted((root / "fast").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            offenders += [f"{path.relative_to(root)}: {n}" for n in names if n.split(".")[0] in ("bench", "tests")]
+    assert not offenders, offenders
+
+
+def test_runtime_signatures_carry_no_benchmark_knob():
+    """What a server calls takes no argument that only the bench or the tests set: stage
+    timing, kernel choice, PDL prefetch / release, select shapes, ring probes (those go
+    through ``plan_scorer`` / ``run_block_scorer``, ``select.policy.force_select`` and
+    ``bench.stages``)."""
+    import inspect
+
+    import fast
+
+    knobs = {"stage_times", "kernel", "prefetch", "release", "split", "max_chunk", "ppp", "stages", "loads_only"}
+    knobs |= {"tensor_copies"}
+    for name in fast.__all__:
+        obj = getattr(fast, name)
+        calls = [obj.__init__, obj.forward, obj.plan] if inspect.isclass(obj) and hasattr(obj, "forward") else [obj]
+        for fn in calls:
+            if callable(fn) and not inspect.isclass(fn):
+                params = set(inspect.signature(fn).parameters)
+                assert not params & knobs, f"{name}.{fn.__name__}: {sorted(params & knobs)}"
+    for cls in (fast.IndexerDecodeCP, fast.StockDecode):
+        public = {m for m in dir(cls) if not m.startswith("_") and inspect.isfunction(getattr(cls, m))}
+        assert public <= {"new_layer", "plan", "forward", "check", "reset"}, sorted(public)
 
 
 @pytest.mark.parametrize("cp", SUPPORTED_CP)

@@ -1,4 +1,4 @@
-"""The SASS reader (``python -m fast.tools.sass``): every GPU kernel compiles for sm_90 on a
+"""The SASS reader (``python -m bench.sass``): every GPU kernel compiles for sm_90 on a
 machine without a GPU, the scorer's registers and layouts as the decode launches it."""
 
 import os
@@ -21,7 +21,7 @@ def _compile_only(*args: str, timeout: int = 600) -> subprocess.CompletedProcess
 def test_sass_tool_refuses_shapes_no_launch_makes(capsys):
     """Out-of-range shapes are argparse errors naming the option, before any compile (they
     compiled a kernel no decode launches — slot 9 scored -1 rows — or took the default unsaid)."""
-    from fast.tools.sass import main
+    from bench.sass import main
 
     for argv, name in ((["--hs", "0"], "--hs"), (["--first-slot", "8"], "--first-slot"), (["--pages", "0"], "--pages")):
         with pytest.raises(SystemExit) as exit_:
@@ -33,7 +33,7 @@ def test_sass_tool_refuses_shapes_no_launch_makes(capsys):
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
 def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
     dump = tmp_path / "scorer.sass"
-    cmd = ["-m", "fast.tools.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
+    cmd = ["-m", "bench.sass", "--kernel", kernel, "--hs", "4", "--dump", str(dump), "--parts"]
     cmd += ["--load-use", "--ring", "0"] if kernel == "wgmma" else []  # the register-fed page loop
     done = _compile_only(*cmd)
     assert done.returncode == 0, done.stderr
@@ -47,7 +47,7 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         # page maxima's partials (32 bytes a thread and program at Hs = 4)
         assert 0 < stored < 256, f"{stored} bytes stored to shared memory a thread: the fp16 tile goes through it again"
         # one page per trip of the main loop: 2 blocks of 64 tokens x 8 wgmma k-steps
-        from fast.tools.sass_listing import main_loop_mix
+        from bench.sass_listing import main_loop_mix
 
         assert (
             main_loop_mix(dump.read_text())["HGMMA"] == 16
@@ -78,7 +78,7 @@ def test_decode_kernels_compile_for_sm90():
     the interpreter that runs them on CPUs executes Python and
     accepts what Triton's compiler rejects (a value bound inside a runtime ``if`` and used
     after it did exactly that once)."""
-    done = _compile_only("-m", "fast.tools.sass", "--kernels")
+    done = _compile_only("-m", "bench.sass", "--kernels")
     assert done.returncode == 0, done.stderr
     names = [line.split(":")[0] for line in done.stdout.splitlines()]
     queued = {
@@ -124,7 +124,7 @@ def test_sass_tool_compiles_the_scorer_with_its_block_id_guard():
     code = (
         "import inspect, re\n"
         "from fast.kernels import scorer_wgmma\n"
-        "from fast.tools.sass import scorer_sass\n"
+        "from bench.sass import scorer_sass\n"
         "source, first = inspect.getsourcelines(scorer_wgmma._in_cache.fn)\n"
         "_, listing = scorer_sass('wgmma', 1, None, 4, ring=0, lines=True)\n"
         "issued = {int(n) for n in re.findall(r'scorer_wgmma.py\", line (\\d+)', listing)}\n"
@@ -142,9 +142,9 @@ def test_msa_select_loads_a_whole_row_16_bytes_at_a_time(width):
     next multiple of 16: the launcher's specialization then gives 16-byte loads and a layout
     with runs of columns a thread at any width. Loaded from the first candidate column, or
     masked at a width Triton cannot prove a multiple of 16, each thread held one column a run
-    and every step of the sorting network was a shuffle (fast/tools/PERF.md has the cost).
+    and every step of the sorting network was a shuffle (bench/PERF.md has the cost).
     1024 columns on 128 threads: two 16-byte loads a thread."""
-    code = f"from fast.tools.sass import msa_select_row_sass; print(msa_select_row_sass({width}))"
+    code = f"from bench.sass import msa_select_row_sass; print(msa_select_row_sass({width}))"
     done = _compile_only("-c", code)
     assert done.returncode == 0, done.stderr
     wide = re.findall(r"LDG\.E\.128 ", done.stdout)
@@ -153,14 +153,14 @@ def test_msa_select_loads_a_whole_row_16_bytes_at_a_time(width):
 
 def test_register_cap_spills_nothing():
     """The wgmma kernel at N <= 16 is compiled with a register cap (6 programs per SM
-    instead of 5: fast/tools/PERF.md); a kernel change that makes the cap spill would silently
+    instead of 5: bench/PERF.md); a kernel change that makes the cap spill would silently
     trade that gain for local-memory traffic. Every capped shape the decode launches, as it
     launches them (PDL, the prefetch before the wait): N = 8 (mma.sync: Hs = 1, or q x Hs <=
     8) and N = 16 (wgmma), compiled in a child (``_compile_only``)."""
     from fast.scorer import long_row_pages, max_registers, mma_rows, ring_pages
 
     for hs, first_slot in ((1, 0), (2, 0), (4, 7), (4, 4)):
-        done = _compile_only("-m", "fast.tools.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl")
+        done = _compile_only("-m", "bench.sass", "--hs", str(hs), "--first-slot", str(first_slot), "--pdl")
         assert done.returncode == 0, done.stderr
         usage = done.stdout.splitlines()[0]
         regs = int(re.search(r"REG:(\d+)", usage).group(1))
@@ -187,7 +187,7 @@ def test_the_page_ring_costs_one_barrier_a_page(hs, first_slot, ring, tmp_path):
 
     dump = tmp_path / "ring.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pdl", "--ring", str(ring), "--dump", str(dump)]
-    done = _compile_only("-m", "fast.tools.sass", *flags)
+    done = _compile_only("-m", "bench.sass", *flags)
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
@@ -246,7 +246,7 @@ def test_the_wgmma_kernels_shared_memory_is_what_max_ring_counts(hs, first_slot,
 
     dump = tmp_path / "fed.sass"
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl", "--ring", "0"]
-    done = _compile_only("-m", "fast.tools.sass", *flags, "--dump", str(dump))
+    done = _compile_only("-m", "bench.sass", *flags, "--dump", str(dump))
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     rows = mma_rows((8 - first_slot) * hs)
@@ -270,7 +270,7 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
 
     assert partial_maxima(mma_rows((8 - first_slot) * hs), pages) == parts
     flags = ["--hs", str(hs), "--first-slot", str(first_slot), "--pages", str(pages), "--pdl"]
-    done = _compile_only("-m", "fast.tools.sass", *flags)
+    done = _compile_only("-m", "bench.sass", *flags)
     assert done.returncode == 0, done.stderr
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
@@ -279,8 +279,8 @@ def _decode_mix(hs: int, first_slot: int, decode: str, ops: tuple[str, ...]) -> 
     """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
     the decodes launch it) with the exact decode and with probe ``decode``."""
     code = (
-        "from fast.tools.sass import scorer_sass\n"
-        "from fast.tools.sass_listing import instruction_mix\n"
+        "from bench.sass import scorer_sass\n"
+        "from bench.sass_listing import instruction_mix\n"
         f"for decode in ('exact', {decode!r}):\n"
         f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
         "    mix = instruction_mix(text)\n"
@@ -321,10 +321,10 @@ def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot)
 
 
 def test_pipe_rate_loops_are_the_instruction_under_test():
-    """``python -m fast.tools.pipe_rates`` times loops of one instruction each: compiled for
+    """``python -m bench.pipe_rates`` times loops of one instruction each: compiled for
     sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints
     would be some other instruction's)."""
-    done = _compile_only("-m", "fast.tools.pipe_rates", "--compile-only", timeout=300)
+    done = _compile_only("-m", "bench.pipe_rates", "--compile-only", timeout=300)
     assert done.returncode == 0, done.stderr
     expect = {"fma.f32": "FFMA", "imad": "IMAD", "prmt": "PRMT", "lop3": "LOP3", "cvt.e4m3x2": "F2FP"}
     loops = dict(re.findall(r"^(\S+) +loop: (.*)$", done.stdout, flags=re.M))
@@ -335,12 +335,12 @@ def test_pipe_rate_loops_are_the_instruction_under_test():
 
 
 def test_mma_rate_loops_are_the_mma_under_test():
-    """``python -m fast.tools.mma_rates`` times loops of one MMA shape each: compiled for
+    """``python -m bench.mma_rates`` times loops of one MMA shape each: compiled for
     sm_90 here, each loop's MMA instructions are of its kind (``HMMA`` for mma.sync, ``HGMMA``
     for wgmma) and, with the wgmma's fences, the ``NOP`` ptxas spaces dependent ``HMMA``
     with and (fresh steps) the running maximum's ``FMNMX``, at least 90% of the loop — else
     the rate it prints would be another instruction's."""
-    done = _compile_only("-m", "fast.tools.mma_rates", "--compile-only", timeout=600)
+    done = _compile_only("-m", "bench.mma_rates", "--compile-only", timeout=600)
     assert done.returncode == 0, done.stderr
     loops = re.findall(r"^(\S+) +N (\d+) +(chain|fresh) loop: (.*)$", done.stdout, flags=re.M)
     assert len(loops) == 9, done.stdout
@@ -366,7 +366,7 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     scores to the reference's). Its budget by part (``--parts``) accounts for every
     instruction."""
     dump = tmp_path / "msa.sass"
-    cmd = ["-m", "fast.tools.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
+    cmd = ["-m", "bench.sass", "--kernel", f"msa-{key_format}", "--hs", str(hs)]
     cmd += ["--first-slot", str(first_slot), "--pdl", "--dump", str(dump), "--parts"]
     done = _compile_only(*cmd)
     assert done.returncode == 0, done.stderr
@@ -382,10 +382,10 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     assert abs(parts["total"] - kept) < 0.5, done.stdout
     import torch
 
+    from bench.sass_listing import instruction_mix
     from fast.kernels import block_ring, page_ring
     from fast.msa_scorer import KEY_FORMATS, dynamic_bytes, mma_constants
     from fast.scorer import long_row_pages, mma_rows
-    from fast.tools.sass_listing import instruction_mix
 
     rows = mma_rows((8 - first_slot) * hs)
     ppp = long_row_pages(rows)
@@ -441,8 +441,8 @@ def _programs_by_shared(usage: dict) -> int:
 
 _PROBE = """
 import json, sys
-from fast.tools.sass import scorer_sass
-from fast.tools.sass_listing import instruction_mix
+from bench.sass import scorer_sass
+from bench.sass_listing import instruction_mix
 kernel, hs, slot = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 out = {}
 for probe in (False, True):
@@ -467,7 +467,7 @@ print(json.dumps(out))
     ],
 )
 def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
-    """``score_blocks(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
+    """``run_block_scorer(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
     ring (every shape whose ring is bulk), compiles beside the scorer it probes and keeps
     what bounds the ring: the same tensor copies and waits, every 16-byte read-back (one
     load a run: E4M3 4 a thread and half-block, BF16 8), the same static and dynamic shared

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from fast.scorer import score_pages
+from fast.scorer import run_scorer, score_pages
 from indexer_constants import PAGE, SLOTS
 from reference.cases import EXACT_PATTERNS, every_element_case, make_case
 from reference.cp import plan_rank
@@ -99,7 +99,7 @@ def test_scorer_writes_exactly_the_contract_cells(kernel, first_slot, hs):
     tile = query_tile(case.index_q, len(lens), 8)
     t = torch.tensor(lens, dtype=torch.int32)
     got = on(torch.full((len(lens), 8 * hs, width), POISON))
-    score_pages(on(tile), on(case.k_cache), on(case.block_table), on(t), got, first_slot=first_slot, kernel=kernel)
+    run_scorer(on(tile), on(case.k_cache), on(case.block_table), on(t), got, first_slot=first_slot, kernel=kernel)
     got = got.cpu()
     cells = contract_cells(lens, hs, width, first_slot)
     assert torch.equal(got != POISON, cells), f"cells written outside the contract: {(got != POISON) ^ cells}"

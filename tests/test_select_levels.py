@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import reference
 from fast.select.levels import KEY_EXACT, fmaf, merge_runs16, top16
-from fast.select.policy import QUEUED_PER_SM, SelectShape
+from fast.select.policy import QUEUED_PER_SM, SelectShape, force_select
 from fast.stock import StockDecode
 from reference.cases import EXACT_PATTERNS
 from reference.selection import exact_keys, top_keys
@@ -79,7 +79,7 @@ def test_select_split_policy_and_validation():
     assert fit_split(16, SPLIT_PROGRAMS // 4, 8192) == 4  # the scratch holds SPLIT_PROGRAMS
     for bad in (0, 3, 32, 2.0, True):
         with pytest.raises(ValueError, match="split"):
-            StockDecode(heads=1, max_reqs=1, device=DEV, split=bad)
+            force_select(StockDecode(heads=1, max_reqs=1, device=DEV), split=bad)
 
 
 def test_release_policy():

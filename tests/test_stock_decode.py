@@ -7,12 +7,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference
-from fast.select.policy import SelectShape
+from bench.stages import StagedStock
+from fast.select.policy import SelectShape, force_select
 from fast.stock import StockDecode
 from fuzz.strategies import DecodeConfig, decode_configs
 from indexer_constants import PAGE
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
-from reference.selection import own_pages, select
+from reference.rules import own_pages
+from reference.selection import select
 from support import DEV, EDGE_ROW_LENS, POISON, id_bounds, on
 
 EXACT = tuple(EXACT_PATTERNS)
@@ -21,7 +23,7 @@ EXACT = tuple(EXACT_PATTERNS)
 def _stock_case(cfg: DecodeConfig, max_chunk: int, split: int | None = None):
     case = cfg.build()
     layout_heads = case.index_q.shape[1]
-    sd = StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV, split=split)
+    sd = force_select(StockDecode(heads=layout_heads, max_reqs=max(1, len(cfg.seq_lens)), device=DEV), split=split)
     plan = sd.plan(on(case.block_table), on(case.seq_lens))
     sd.shape = SelectShape.for_width(sd.width, max_chunk)
     # Columns the scorer does not write keep this: the select loads whole rows before it
@@ -55,7 +57,7 @@ def test_stock_select_by_hand_where_the_range_decides(split):
     from test_reference_selection import RANGE_OUT, RANGE_ROW
 
     width = 64
-    sd = StockDecode(heads=1, max_reqs=1, device=DEV, split=split)
+    sd = force_select(StagedStock(heads=1, max_reqs=1, device=DEV), split=split)
     plan = sd.plan(on(torch.zeros(1, width, dtype=torch.int32)), on(torch.tensor([16 * 128 + 1], dtype=torch.int32)))
     scores = torch.full((1, 8, width), POISON)
     scores[0, 7, : len(RANGE_ROW)] = torch.tensor(RANGE_ROW)
@@ -74,7 +76,7 @@ def test_split_slices_longer_than_a_chunk_equal_the_reference(split):
     width, heads = 96, 2
     gen = torch.Generator().manual_seed(split)
     lens = torch.tensor([width * 128 + 5, 40 * 128 + 1, 17 * 128 + 9], dtype=torch.int32)
-    sd = StockDecode(heads=heads, max_reqs=3, device=DEV, split=split)
+    sd = force_select(StagedStock(heads=heads, max_reqs=3, device=DEV), split=split)
     plan = sd.plan(on(torch.zeros(3, width, dtype=torch.int32)), on(lens))
     sd.shape = SelectShape.for_width(sd.width, 16)
     scores = torch.randn(plan.scores.shape, generator=gen)
@@ -92,7 +94,7 @@ def test_split_stock_topk_rearms_and_repeats():
     case = make_case(4, [seq_len_for(60, 5), seq_len_for(3, 0), seq_len_for(45, 1)], query_len=2, heads=2)
     outs = []
     for split in (1, 4):
-        sd = StockDecode(heads=2, max_reqs=3, device=DEV, split=split)
+        sd = force_select(StockDecode(heads=2, max_reqs=3, device=DEV), split=split)
         plan = sd.plan(on(case.block_table), on(case.seq_lens))
         for _ in range(2):
             out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
@@ -107,18 +109,6 @@ def test_split_stock_topk_rearms_and_repeats():
 def test_stock_equals_reference_end_to_end_on_exact_inputs(cfg):
     case, _, _, out = _stock_case(cfg, 1024)
     assert torch.equal(out, reference.stock_decode(*case.args()))
-
-
-def test_stage_times_name_the_stock_stages():
-    """``stage_times`` (the demo's and the benchmark's) gets the stock decode's two stages."""
-    case = make_case(5, [seq_len_for(30, 2)], query_len=1, heads=2)
-    sd = StockDecode(heads=2, max_reqs=1, device=DEV)
-    plan = sd.plan(on(case.block_table), on(case.seq_lens))
-    out = on(torch.full((1, 2, 16), -7, dtype=torch.int32))
-    times: dict = {}
-    sd.forward(sd.new_layer(), plan, on(case.index_q), on(case.k_cache), out, 1, stage_times=times)
-    assert set(times) == {"score", "select"} and all(t >= 0 for t in times.values())
-    assert torch.equal(out.cpu(), reference.stock_decode(*case.args()))
 
 
 @pytest.mark.parametrize("pages", [-1, 0, 1, 23, 24, 25, 64])

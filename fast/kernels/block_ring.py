@@ -14,12 +14,12 @@ two tokens' runs fall on the same banks: a 2-way conflict on every E4M3 read, 4-
 BF16 (two of a thread's runs 128 bytes apart as well). Swizzled, the 8 runs of a cycle
 are 8 different 16-byte bank groups. Measured faster than the 1D copies at every shape
 of the bench with the map's L2 promotion at 128 bytes; at 256 the copies landed later and
-lost (fast/tools/PERF.md).
+lost (bench/PERF.md).
 
 Why the copy engine: a ring of per-thread ``cp.async`` copies costs every thread four
 (E4M3) or eight (BF16) 16-byte copies a half-block, each an instruction with its own
 address, and holds them in the LSU's queues; a bulk or tensor copy is one instruction of
-one thread. Measured faster at every shape but the smallest grid's (fast/tools/PERF.md).
+one thread. Measured faster at every shape but the smallest grid's (bench/PERF.md).
 
 Why PTX, as ``page_ring.py`` says for the NVFP4 ring: Gluon's shared-memory analysis would
 put a CTA barrier around every copy and mbarrier operation (its own TMA copies measured so
@@ -36,7 +36,7 @@ issues that copy (half k + 1) before k's wait instead, after the barrier (none a
 slot is fresh), so that a waiting program has two half-blocks in flight, not one. Every
 issued half-block is waited for, so none is in flight when the program ends. The barrier measured no slower
 than a second mbarrier a slot on which the readers arrive and the issuing thread waits
-(fast/tools/PERF.md).
+(bench/PERF.md).
 """
 
 from __future__ import annotations
@@ -264,7 +264,7 @@ def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: 
 @gluon.jit
 def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr, fold):
     """``read``'s loads, each 16-byte run folded to one int32 in PTX (``runs_layout``): the
-    bench's probe of the ring alone (``score_blocks(..., loads_only=True)``), which keeps
+    bench's probe of the ring alone (``run_block_scorer(..., loads_only=True)``), which keeps
     every load live at one register a run instead of the run's 16 elements. Each run is
     xored into ``fold`` (int32, ``runs_layout``: the runs folded so far) inside the same
     asm: folded outside it, the compiler regrouped the chain of xors into a tree over the

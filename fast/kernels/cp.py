@@ -22,7 +22,7 @@ under the interpreter); on timeout it sets the protocol word of the process's er
 later kernels write -1 rows, and the host raises in ``check()``.
 
 Only requests with a long row (``len > 16 * 128``: the last query's own page is >= 16) are
-exchanged, scored and merged from candidates (``reference.cp.long_requests``); the others'
+exchanged, scored and merged from candidates (``reference.rules.long_requests``); the others'
 rows follow from their lengths. A step with no long request touches no symmetric buffer and
 waits for nobody, so it keeps the parity: the long steps around it still alternate sets and
 are still in lockstep (each long step's exchange waits for every rank), which is all the two
@@ -40,7 +40,6 @@ from ..select.levels import (
     keys_to_pages,
     row_top16,
     select16_rows,
-    short_row,
     store_warp_slots,
     value_keys,
     warp_groups_top16,
@@ -57,6 +56,7 @@ from .device import (
 )
 from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
 from .msa_select import msa_output
+from .rules import is_long_request, is_short_row, own_page, short_row
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
@@ -64,8 +64,6 @@ _TOPK = tl.constexpr(TOPK)
 _ERR_Q = tl.constexpr(ERR_Q_TIMEOUT)
 _ERR_MERGE = tl.constexpr(ERR_MERGE_TIMEOUT)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)
-# A request is long (exchanged and scored) when its length exceeds this.
-_LONG_LEN = tl.constexpr(TOPK * PAGE)
 # The merge's warps: with one, its poll's block holds one copy of each key (merge_kernel).
 MERGE_WARPS = 1
 _MERGE_WARPS = tl.constexpr(MERGE_WARPS)
@@ -102,7 +100,7 @@ def compact_table_kernel(
     row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * _BOUND_WORDS, hist, BLOCK)
     n_local = tl.minimum((hist + (CP - 1 - RANK)) // CP, W - 1)
     tl.store(n_local_ptr + b, n_local)
-    tl.store(score_lens_ptr + b, tl.where(seq > _LONG_LEN, n_local * _PAGE + _SLOTS, 0))
+    tl.store(score_lens_ptr + b, tl.where(is_long_request(seq), n_local * _PAGE + _SLOTS, 0))
     for start in tl.static_range(0, W, BLOCK):
         j = start + tl.arange(0, BLOCK)
         src = tl.minimum(j * CP + RANK, P - 1)
@@ -165,7 +163,7 @@ def q_exchange_kernel(
     w = (RANK % R) * (WORDS // R) + tl.arange(0, WORDS // R)  # this replica's words
     rows = tl.load(q_ptr + (t * HR + hl[:, None]) * WORDS + w[None, :])  # [HR, WORDS / R]
     local = peer_ptr(tile_ptrs, RANK, tl.int32) + base + tl.arange(0, H * WORDS)
-    if seq > _LONG_LEN:
+    if is_long_request(seq):
         dst = (
             tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * WORDS + w[None, :])[None, :, :]
         )  # [CP, HR, WORDS / R]
@@ -239,7 +237,7 @@ def push_kernel(
     # the head's R owners' candidates (ranks owners .. owners + R - 1).
     n_local = tl.load(n_local_ptr + b)
     seq = tl.load(seq_lens_ptr + b)
-    own = (seq - QLEN + i) // _PAGE
+    own = own_page(seq, slot)
     verdict, _, _ = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     owner0 = (h // HR) * R
     owners = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)  # [R]
@@ -261,7 +259,7 @@ def push_kernel(
     healthy = tl.load(err_ptr, volatile=True) == 0
     # A request with a bad id or length pushes nothing: every rank's merge writes its rows
     # -1 without waiting (every rank reaches the same verdict).
-    if (own + 1 > _TOPK) & (verdict == 0):
+    if ~is_short_row(own) & (verdict == 0):
         # The causal cut the lying length dropped, bounded by what the scorer stored (a
         # length past the table ranks the P pages it holds and reads no unwritten column).
         n_rank = tl.minimum((own + (CP - 1 - RANK)) // CP, n_local)
@@ -398,8 +396,9 @@ def merge_kernel(
     t = tl.program_id(0)
     b = t // QLEN
     i = t % QLEN
+    slot = (_SLOTS - QLEN) + i
     seq = tl.load(seq_lens_ptr + b)
-    own = (seq - QLEN + i) // _PAGE
+    own = own_page(seq, slot)
     k = tl.arange(0, _TOPK)
     current = tl.load(current_ptr)
     # Set by an earlier kernel of the step, or by another program's timeout. Each thread
@@ -416,7 +415,7 @@ def merge_kernel(
             record_input(err_ptr, verdict, b, column, value)
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.full([_TOPK], -1, tl.int32))
-    elif own + 1 <= _TOPK:
+    elif is_short_row(own):
         for hl in tl.static_range(HR):
             tl.store(out_ptr + (t * HR + hl) * _TOPK + k, tl.where(failed, -1, short_row(k, own)))
     else:
@@ -456,12 +455,10 @@ def merge_kernel(
             else:
                 tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
-    if seq > _LONG_LEN:  # only long requests were exchanged: the step used its buffer set
-        if dead | (own + 1 <= _TOPK):
+    if is_long_request(seq):  # only long requests were exchanged: the step used its buffer set
+        if dead | is_short_row(own):
             pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming
         hw = tl.arange(0, H * WORDS)
-        tile = (
-            peer_ptr(tile_ptrs, RANK, tl.int32) + current * set_words + (b * _SLOTS + (_SLOTS - QLEN) + i) * (H * WORDS)
-        )
+        tile = peer_ptr(tile_ptrs, RANK, tl.int32) + current * set_words + (b * _SLOTS + slot) * (H * WORDS)
         tl.store(tile + hw, tl.full([H * WORDS], -1, tl.int32))
         tl.store(parity_ptr, 1 - current)

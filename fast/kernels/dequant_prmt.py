@@ -20,7 +20,7 @@ Two timing probes for the bench, never a decode. ``GROUP_ASM_TABLED_SIGNLESS`` i
 asm without its sign step (the two sign-replicate ``prmt`` and two ``lop3`` of each 8 codes,
 a third of the decode's ALU work), so its scores are those of |k|: it prices what a decode 4
 ALU instructions cheaper per 8 codes would give the scorer, the pipe that bounds it at N <=
-16 (fast/tools/PERF.md). ``GROUP_ASM_MOVES`` decodes nothing: the group's 16 fp16 are the
+16 (bench/PERF.md). ``GROUP_ASM_MOVES`` decodes nothing: the group's 16 fp16 are the
 code word's four 16-bit halves, each four times, the first two XORed with the table's first
 four bytes — one ``lop3`` a group, which keeps the scale bytes and their table entries
 loaded as the decode has them — so the scorer does all its work but the decode: what a free

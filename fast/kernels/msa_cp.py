@@ -21,14 +21,12 @@ from .cp import _push
 from .device import pdl_release, pdl_wait, peer_ptr
 from .guards import BOUND_WORDS, request_verdict, row_id_bounds
 from .msa_select import msa_read_columns
+from .rules import is_long_request, is_short_row, own_page
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)
-# A request is long (exchanged, scored, merged from candidates) when its last query's causal
-# block count exceeds 16, i.e. its length exceeds this.
-_LONG_LEN = tl.constexpr(TOPK * PAGE)
 
 
 @triton.jit
@@ -63,7 +61,7 @@ def msa_compact_table_kernel(
     reads = msa_read_columns(seq, P)
     row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * _BOUND_WORDS, reads, BLOCK)
     tl.store(n_local_ptr + b, _columns_below(reads, CP, RANK))
-    tl.store(score_lens_ptr + b, tl.where(seq > _LONG_LEN, seq, 0))
+    tl.store(score_lens_ptr + b, tl.where(is_long_request(seq), seq, 0))
     for start in tl.static_range(0, W, BLOCK):
         j = start + tl.arange(0, BLOCK)
         g = j * CP + RANK
@@ -117,7 +115,7 @@ def msa_push_kernel(
     slot = (_SLOTS - QLEN) + i
     n_local = tl.load(n_local_ptr + b)
     seq = tl.load(seq_lens_ptr + b)
-    n = (seq - QLEN + i) // _PAGE + 1
+    n = own_page(seq, slot) + 1
     verdict, _, _ = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
     owner0 = (h // HR) * R
     owners = peer_ptr(recv_ptrs, owner0 + tl.arange(0, R), tl.int64)  # [R]
@@ -131,7 +129,7 @@ def msa_push_kernel(
     lo = _columns_below(init, CP, RANK)
     hi = tl.minimum(_columns_below(n - local, CP, RANK), n_local)
     count = tl.where(_TOPK - init - local > 0, tl.maximum(hi - lo, 0), 0)
-    if (n > _TOPK) & (verdict == 0):
+    if ~is_short_row(n - 1) & (verdict == 0):
         if count > 0:
             row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr + lo
             cols = s * SLICE + tl.arange(0, SLICE)

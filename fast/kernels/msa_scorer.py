@@ -17,6 +17,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from .device import pdl_wait
 from .guards import BAD_BLOCK, record_input
+from .rules import query_position
 
 _PAGE = tl.constexpr(PAGE)
 _DIM = tl.constexpr(HEAD_DIM)
@@ -101,7 +102,7 @@ def msa_score_kernel(
         d = tl.arange(0, _DIM)
         t = tl.arange(0, _PAGE)
         live_row = r < _SLOTS * HS
-        pos = length - _SLOTS + r // HS  # [ROWS]: the query position of each row
+        pos = query_position(length, r // HS)  # [ROWS]: the query position of each row
         tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (_SLOTS * HS * _DIM)
         q_raw = tl.load(tile + r[None, :] * _DIM + d[:, None], mask=live_row[None, :], other=0)  # [128, ROWS]
         unwritten = tl.max(is_nan_element(q_raw, IS_FP8).to(tl.int32), axis=0) > 0  # [ROWS]

@@ -14,7 +14,7 @@ maximum across warps; for E4M3 that costs a third or more of the read ceiling. L
 fragments straight into registers instead (one block ahead) leaves the loads' timing to
 ptxas, which at N 32 issues the next block's loads only after the current block's MMA (the
 registers are taken): a memory latency a block. The ring's copies hold no registers, so
-STAGES - 1 half-blocks stay in flight whatever the MMA does (fast/tools/PERF.md).
+STAGES - 1 half-blocks stay in flight whatever the MMA does (bench/PERF.md).
 
 The trick: the dot product's dimension may be permuted if q is permuted alike
 (``column_order.py``: the NVFP4 scorer's order), so a lane's 32 columns of a token are 32
@@ -46,6 +46,7 @@ from . import block_ring, page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
+from .rules import query_position
 
 _PAGE = gl.constexpr(PAGE)
 _DIM = gl.constexpr(HEAD_DIM)
@@ -166,7 +167,7 @@ def _refill(
     at one of the two calls. Two slots: before the wait — else a program waiting on k has
     nothing else in flight — and at k = 0 without the barrier (the slot is fresh). From
     three slots: after the read, as the early order measured level or slower there
-    (fast/tools/PERF.md)."""
+    (bench/PERF.md)."""
     if BEFORE_WAIT == (STAGES == 2) and k + STAGES - 1 < HALVES:
         if k > 0 or not BEFORE_WAIT:
             gl.thread_barrier()
@@ -248,7 +249,7 @@ def msa_score_kernel_mma(
     neighbouring column chunks of a row run at the same time and their stores into the
     row's 32-byte sectors land together. At 4 columns a program (N 32) a row's store is 16
     bytes, half a sector; interleaving the requests (a [B, C] grid) measured slower there
-    (fast/tools/PERF.md), half sectors written far apart being the likely cause."""
+    (bench/PERF.md), half sectors written far apart being the likely cause."""
     if ROWS == 8:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
     else:
@@ -307,7 +308,7 @@ def msa_score_kernel_mma(
         q_unwritten = gl.max(_is_nan(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
         q_op = store_q_tile(logical_columns(_operand(q_raw, IS_FP8)), mma, ROWS)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
-        pos_low = length - 8 + SLOT0
+        pos_low = query_position(length, SLOT0)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
@@ -340,7 +341,7 @@ def msa_score_kernel_mma(
             if (g + 1) * _PAGE - 1 > pos_low:
                 # built here, not before the loop: ROWS positions a thread would hold throughout
                 t_idx = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
-                pos = length - 8 + (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS
+                pos = query_position(length, (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS)
                 visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
                 acc = gl.where(visible, acc, float("-inf"))
             run = page_max(acc, run, k % 2, maxima, k // 2, PARTS)
@@ -359,7 +360,7 @@ def msa_score_kernel_mma(
         bad = live & ((ids < 0) | (ids >= num_blocks))
         q_unwritten = gl.convert_layout(q_unwritten, gl.SliceLayout(0, tops)) > 0
         best = gl.where(bad[:, None] | q_unwritten[None, :], float("nan"), best)
-        row_pos = length - 8 + r // HS
+        row_pos = query_position(length, r // HS)
         keep = live[:, None] & (r < 8 * HS)[None, :] & (gj[:, None] * _PAGE <= row_pos[None, :])
         out_row = out_ptr + b.to(gl.int64) * stride_ob + r * stride_or
         gl.store(out_row[None, :] + j[:, None], best, mask=keep)

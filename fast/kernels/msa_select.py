@@ -15,9 +15,10 @@ import triton.language as tl
 from indexer_constants import PAGE, SLOTS, TOPK
 
 from ..select.ascending import best_in_column_order
-from ..select.levels import KEY_EXACT, keys_to_pages, row_top16, short_row
+from ..select.levels import KEY_EXACT, keys_to_pages, row_top16
 from .device import pdl_release, pdl_wait
 from .guards import record_input, request_verdict, row_id_bounds
+from .rules import is_short_row, own_page, short_row
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
@@ -138,7 +139,7 @@ def msa_stock_select_kernel(
     else:
         mine = tl.zeros([SLICE], tl.float32)  # unused: the slice reads its columns in levels
     seq = tl.load(seq_lens_ptr + b)
-    n = (seq - QLEN + i) // _PAGE + 1
+    n = own_page(seq, slot) + 1
     k = tl.arange(0, _TOPK)
     out_row = out_ptr + (t * HS + h) * _TOPK
     dst = out_row + k
@@ -150,7 +151,7 @@ def msa_stock_select_kernel(
             if (i == 0) & (h == 0):
                 record_input(err_ptr, verdict, b, column, value)
             tl.store(dst, tl.full([_TOPK], -1, tl.int32))
-    elif n <= _TOPK:
+    elif is_short_row(n - 1):
         if s == 0:
             tl.store(dst, short_row(k, n - 1))
     elif (m > 0) & (hi > lo):

@@ -4,7 +4,7 @@ one thread; every thread then reads its own code words and scale bytes from shar
 
 Why: fed from registers, the scorer's block loads are what ptxas moves — short of
 registers it issues each block's loads shortly before their use instead of two blocks
-ahead (``python -m fast.tools.sass --load-use``), and the warps wait on them. A page in
+ahead (``python -m bench.sass --load-use``), and the warps wait on them. A page in
 flight in shared memory holds no register, and one instruction moves it.
 
 Why PTX: Gluon's shared-memory analysis sees neither that a thread reads back only bytes

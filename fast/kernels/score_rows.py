@@ -6,6 +6,8 @@ import triton.language as tl
 
 from indexer_constants import PAGE
 
+from .rules import query_position
+
 _PAGE = tl.constexpr(PAGE)
 
 
@@ -23,7 +25,7 @@ def query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT
     past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
     fp16 [ROWS, 128] (E4M3 -> fp16 is exact; padding rows 0)."""
     r = SLOT0 * HS + tl.arange(0, ROWS)
-    slot_len = length - 8 + r // HS
+    slot_len = query_position(length, r // HS)
     own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
     d = tl.arange(0, 128)
     tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)

@@ -62,6 +62,7 @@ from .page_maxima import (
     pad_pow2,
     page_max,
 )
+from .rules import query_position
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -528,7 +529,7 @@ def score_kernel_wgmma(
         r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))  # row = slot * HS + head
         page = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
         j = first + page
-        slot_len = length - 8 + r // HS
+        slot_len = query_position(length, r // HS)
         own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
         keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
         if PAD != PPP:

@@ -6,9 +6,10 @@ import triton.language as tl
 
 from indexer_constants import SLOTS, TOPK
 
-from ..select.levels import KEY_STOCK, RANKED, fmaf, keys_to_pages, row_top16, short_row
+from ..select.levels import KEY_STOCK, RANKED, fmaf, keys_to_pages, row_top16
 from .device import pdl_release, pdl_wait
 from .guards import record_input, request_verdict
+from .rules import is_short_row, own_page, short_row
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -100,7 +101,7 @@ def stock_topk_kernel(
     else:
         mine = row
     seq = tl.load(seq_lens_ptr + b)
-    own = (seq - QLEN + i) // 128
+    own = own_page(seq, slot)
     k = tl.arange(0, _TOPK)
     dst = out_ptr + (t * HS + h) * _TOPK + k
     verdict, column, value = request_verdict(bounds_ptr, b, seq, num_blocks, QLEN)
@@ -109,7 +110,7 @@ def stock_topk_kernel(
             if (i == 0) & (h == 0):
                 record_input(err_ptr, verdict, b, column, value)
             tl.store(dst, tl.full([_TOPK], -1, tl.int32))
-    elif own + 1 <= _TOPK:
+    elif is_short_row(own):
         if s == 0:
             tl.store(dst, short_row(k, own))
     else:

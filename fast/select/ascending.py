@@ -8,7 +8,7 @@ score counted with repeats, then the lowest columns scoring exactly ``T`` until 
 ``m``. Finding ``T`` takes a select over the scores' 32-bit ordered bits alone, where the
 64-bit keys that carry a page (``levels.KEY_EXACT``) double every step of the sorting
 network; the set and each chosen column's place then follow from one running count
-(fast/tools/PERF.md has the figures).
+(bench/PERF.md has the figures).
 """
 
 import triton

@@ -496,12 +496,6 @@ def keys_to_pages(keys):
 
 
 @triton.jit
-def short_row(k, own):
-    """Output of a row with own + 1 <= 16: ``[0..own, -1, ...]``."""
-    return tl.where(k <= own, k, -1)
-
-
-@triton.jit
 def fmaf(a, b, c, EMULATE: tl.constexpr):
     """fp32 ``a * b + c`` with one rounding. The interpreter's fma rounds twice, so there it
     is emulated: the float64 product is exact, TwoSum gives the sum's error, and rounding

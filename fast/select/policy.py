@@ -3,7 +3,7 @@ a row of W score columns (``SelectShape``, fixed per plan), how many programs sh
 when rows are few (``plan_split``), how many warps run a CP push program (``push_warps``),
 which rows go to the one-warp PTX block (``warp_select_keys``), and which selects the
 scorer launches early under PDL (``release_select``). The numbers below were chosen by
-measurement on an H200; the figures are in ``fast/tools/PERF.md``."""
+measurement on an H200; the figures are in ``bench/PERF.md``."""
 
 from __future__ import annotations
 
@@ -172,3 +172,23 @@ def push_group(columns: int, keys: int, shape) -> int:
     two levels on one warp takes groups of columns / keys (4 at 2048 columns, 8 at 4096),
     every other row its shape's."""
     return columns // keys if keys and columns > shape.chunk else shape.group
+
+
+def force_select(decode, *, split: int | None = None, max_chunk: int | None = None):
+    """Fix ``decode``'s select shape in place of the policy's, before its first plan, and
+    return it: ``split`` programs per row (a power of two up to MAX_SPLIT; None keeps the
+    policy) and, for a CP decode, ``max_chunk`` columns a select ranks at once (a power of
+    two from 16 up to MAX_CHUNK; 16 takes any row past 16 pages through the three-level
+    select). For the tests and the bench, which check and time every shape on small inputs;
+    a server leaves the policy, so no decode's constructor takes these."""
+    check_split(split)
+    if decode.width:
+        raise ValueError("decode: its select is fixed by its first plan; force_select before plan()")
+    if max_chunk is not None:
+        if not hasattr(decode, "max_chunk"):
+            raise ValueError(f"max_chunk: {type(decode).__name__} ranks a row in chunks of its policy's")
+        if type(max_chunk) is not int or not 16 <= max_chunk <= MAX_CHUNK or max_chunk & (max_chunk - 1):
+            raise ValueError(f"max_chunk: {max_chunk!r} (a power of two, 16..{MAX_CHUNK})")
+        decode.max_chunk = max_chunk
+    decode.split = split
+    return decode

@@ -1,4 +1,5 @@
-"""``python -m fast``: decode a saved case on N ranks, run the demo, or the benchmark."""
+"""``python -m fast``: decode a saved case on N ranks, or run the demo (the benchmark is
+``python -m bench``, beside the runtime)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ from reference.msa.inputs import check_msa_inputs
 from reference.validate import check_decode_inputs
 
 from ..backend import gpu_count
-from .bench import run_bench
 from .demo import run_demo
 from .launcher import RankPool
 from .programs import run_case
@@ -65,11 +65,4 @@ def main(argv=None) -> int:
     m = sub.add_parser("demo", help="CP and stock on a synthetic workload, checked against the reference")
     m.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     m.set_defaults(run=lambda a: 0 if run_demo(a.backend) else 1)
-    b = sub.add_parser("bench", help="ceilings, scorer bandwidth, per-layer CP vs stock in CUDA graphs (GPUs)")
-    b.add_argument("--out", help="results folder (default results/bench-<time>)")
-    b.add_argument("--quick", action="store_true", help="3 contexts x 2 batches instead of 5 x 4")
-    b.add_argument("--world", type=int, help="CP ranks for the per-layer section (default: GPUs with P2P)")
-    b.add_argument("--contexts", type=int, nargs="+", help="contexts in tokens (multiples of 128)")
-    b.add_argument("--batches", type=int, nargs="+")
-    b.set_defaults(run=lambda a: run_bench(a.out, a.quick, a.world, a.contexts, a.batches))
     return run_command(parser.parse_args(argv))

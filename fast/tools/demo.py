@@ -38,7 +38,7 @@ def demo_plan(backend: str) -> list[int]:
 def run_demo(backend: str = "auto", file=None) -> bool:
     """``make demo``: the NVFP4 stock and CP decodes at each CP size ``demo_plan`` gives
     the backend, q 1 and 4, on exact-arithmetic keys, then the MSA format's
-    (``run_msa_demo``), each against the reference, with step and stage times; "auto"
+    (``run_msa_demo``), each against the reference, with step times; "auto"
     picks the GPU where one exists. True if all agree."""
     file = file or sys.stdout
     if backend == "auto":
@@ -49,11 +49,7 @@ def run_demo(backend: str = "auto", file=None) -> bool:
         f"backend {backend}; {HEADS} index heads; requests with {list(pages)} pages of history; exact-arithmetic keys",
         file=file,
     )
-    print(
-        f"{'cp':>3} {'q':>2} {'path':>5} {'rows':>5} {'agree':>6} {'step ms':>9}  stages ms (plan / exchange / score "
-        "/ push / merge)",
-        file=file,
-    )
+    print(f"{'cp':>3} {'q':>2} {'path':>5} {'rows':>5} {'agree':>6} {'step ms':>9}", file=file)
     for cp in demo_plan(backend):
         with RankPool(cp, backend) as pool:
             for q in (1, 4):
@@ -68,23 +64,14 @@ def run_demo(backend: str = "auto", file=None) -> bool:
                         path,
                         steps=2,
                         warmup=1,
-                        time_stages=path == "cp",
                         pdl=backend == "cuda",
                     )
                     agree = torch.equal(assemble(results, HEADS), oracle[path])
                     ok &= agree
-                    stages = results[0]["stages"]
-                    cols = (
-                        " / ".join(
-                            f"{stages.get(k, 0) * 1e3:.1f}" for k in ("plan", "exchange", "score", "push", "merge")
-                        )
-                        if stages
-                        else ""
-                    )
                     step = max(r["seconds"] for r in results) * 1e3
                     print(
                         f"{cp:>3} {q:>2} {path:>5} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} "
-                        f"{step:>9.1f}  {cols}",
+                        f"{step:>9.1f}",
                         file=file,
                     )
     ok &= run_msa_demo(backend, file)

@@ -13,6 +13,7 @@ from ..layout import HeadLayout
 from ..msa_cp import MsaDecodeCP
 from ..msa_scorer import KEY_FORMATS
 from ..msa_stock import MsaStockDecode
+from ..select.policy import force_select
 from ..stock import StockDecode
 
 
@@ -41,7 +42,6 @@ def decode_on_rank(
     split: int | None = None,
     skip_forward: bool = False,
     poison: bool = False,
-    time_stages: bool = False,
     warmup: int = 0,
     pdl: bool = False,
 ) -> dict:
@@ -56,9 +56,9 @@ def decode_on_rank(
     forward (the missing-peer test). ``poison`` fills the plan's score buffer (either path's)
     with 1e30 before every forward, so a read of a column the scorer did not write would rank
     first.
-    ``time_stages`` adds ``"stages"``: CP stage seconds per step (plan included).
     ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
-    ``max_chunk`` / ``split``: the top-16 select's (``IndexerDecodeCP``, ``StockDecode``).
+    ``max_chunk`` / ``split``: the top-16 select's shape (``select.policy.force_select``;
+    max_chunk applies to the CP path's push); None keeps the policy.
     ``"path"`` in the result says which path ran.
     """
     c = on_device(ctx.device, case)
@@ -67,7 +67,6 @@ def decode_on_rank(
     owned = list(layout.heads_of(ctx.rank))
     rows = q.shape[0]
     batch = c["seq_lens"].shape[0]
-    extra = {"split": split} | ({} if max_chunk is None else {"max_chunk": max_chunk})
     key_format, windows = case_format(c)
     if path not in ("cp", "stock", "auto"):
         raise ValueError(f"path: expected 'cp', 'stock' or 'auto', got {path!r}")
@@ -84,41 +83,37 @@ def decode_on_rank(
             pdl=pdl,
             key_format=key_format,
             **windows,
-            **extra,
         )
         path = "stock" if state is None else "cp"
     if path == "cp" and state is None:
         common = dict(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl)
         if windows:
-            state = MsaDecodeCP(**common, key_format=key_format, **windows, **extra)
+            state = MsaDecodeCP(**common, key_format=key_format, **windows)
         else:
-            state = IndexerDecodeCP(**common, **extra)
+            state = IndexerDecodeCP(**common)
     elif path == "stock":
-        common = dict(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, split=split)
+        common = dict(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl)
         if windows:
             state = MsaStockDecode(**common, key_format=key_format, **windows)
         else:
             state = StockDecode(**common)
+    if split is not None or max_chunk is not None:
+        force_select(state, split=split, max_chunk=max_chunk if isinstance(state, IndexerDecodeCP) else None)
     layer = state.new_layer()
     q_mine = q[:, owned].contiguous()
     outs = []
-    stages: dict | None = None
     start = time.perf_counter()
     for step in range(warmup + steps):
         if step == warmup:
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize()
-            stages = {} if time_stages else None
             start = time.perf_counter()
         out = torch.full((rows, len(owned), 16), -7, dtype=torch.int32, device=ctx.device)
-        t0 = time.perf_counter()
         plan = state.plan(c["block_table"], c["seq_lens"])
-        if stages is not None:
-            stages["plan"] = stages.get("plan", 0.0) + time.perf_counter() - t0
         if poison:
             plan.scores.fill_(1e30)
         if not skip_forward:
-            state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"], stage_times=stages)
+            state.forward(layer, plan, q_mine, c["k_cache"], out, c["query_len"])
         outs.append(out)
     if ctx.device.type == "cuda":
         torch.cuda.synchronize()
@@ -132,7 +127,6 @@ def decode_on_rank(
         "out": last,
         "all_equal": all(torch.equal(o.cpu(), last) for o in outs),
         "seconds": seconds,
-        "stages": {k: v / max(1, steps) for k, v in (stages or {}).items()},
     }
 
 

@@ -17,7 +17,8 @@ import torch
 from indexer_constants import HEAD_DIM, PENDING, SLOTS, TOPK
 
 from ..arguments import check_int
-from ..cp import HeadLayout, check_rearmed, long_requests, place_merged
+from ..cp import HeadLayout, check_rearmed, place_merged
+from ..rules import long_requests, long_rows
 from ..selection import exact_keys, top_keys, two_level_top16
 from ..validate import check_cp
 from .decode import bits_view, query_rows, unwritten, unwritten_tile
@@ -57,7 +58,7 @@ def local_top16(scores, n, num_pages, windows, query_len, cp, rank):
     rows, _, width = s.shape
     g = torch.arange(width, dtype=_I64) * cp + rank
     # Only long rows (n > 16) rank anything: a short row's output follows from n alone.
-    valid = candidates(g[None, :], n[:, None], num_pages, *windows) & (n > TOPK)[:, None]
+    valid = candidates(g[None, :], n[:, None], num_pages, *windows) & long_rows(n - 1)[:, None]
     valid = valid[:, None, :].expand(rows, heads, width)
     if bool(torch.isnan(s[valid]).any()):
         raise RuntimeError(f"rank {rank}: the local top-16 would read a score column the scorer did not write")
@@ -108,7 +109,7 @@ def cp_decode(
     rows, hr = batch * q, layout.heads_per_rank
     windows = (inputs.init_blocks, inputs.local_blocks)
     n = causal_blocks(inputs.seq_lens, q)
-    long_rows = n > TOPK
+    ranked = long_rows(n - 1)
     long_reqs = long_requests(inputs.seq_lens)
     slots = slice(SLOTS - q, SLOTS)
     dtype = inputs.index_q.dtype
@@ -140,8 +141,8 @@ def cp_decode(
         keys = local_top16(scores, n, p, windows, q, cp, r)
         for h in range(heads):
             for o in layout.owners_of(h):
-                recv[o][r, long_rows, h - layout.heads_of(o).start] = keys[long_rows, h]
-        pushed = torch.where(long_rows[:, None, None], keys, PENDING)
+                recv[o][r, ranked, h - layout.heads_of(o).start] = keys[ranked, h]
+        pushed = torch.where(ranked[:, None, None], keys, PENDING)
         traces.append(MsaRankTrace(r, tuple(layout.heads_of(r)), cbt, scores, pushed))
 
     out = torch.full((rows, heads, TOPK), PENDING, dtype=torch.int32)
@@ -149,7 +150,7 @@ def cp_decode(
         # 4. merge: long rows wait for every candidate; then reset and re-arm.
         traces[o].received = recv[o].clone()
         cands = recv[o].permute(1, 2, 0, 3).reshape(rows, hr, cp * TOPK)
-        if bool((cands[long_rows] == PENDING).any()):
+        if bool((cands[ranked] == PENDING).any()):
             raise RuntimeError(f"rank {o}: a long row is missing a peer's candidates (the merge would spin)")
         best = top_keys(torch.where(cands == PENDING, 0, cands).view(rows * hr, cp * TOPK), TOPK)
         merged = assemble(best, n.repeat_interleave(hr), *windows).view(rows, hr, TOPK)

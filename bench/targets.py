@@ -1,8 +1,8 @@
-"""The performance issue's targets, judged on one ``make bench`` report (``fast.tools.bench``'s
+"""The performance issue's targets, judged on one ``make bench`` report (``bench.suite``'s
 dict): each target's figures in that run and whether they meet it. The bench prints the
 verdicts last and stores them in results.json, so a run says for itself where it stands;
 every ratio is taken within the one run (machines and runs differ by more than some
-margins: fast/tools/PERF.md)."""
+margins: bench/PERF.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``python -m fast.tools.mma_rates``: how fast the tensor pipe runs the MMA shapes the
+"""``python -m bench.mma_rates``: how fast the tensor pipe runs the MMA shapes the
 scorers issue, and the page rate that MMA alone would allow each scorer shape — the ceiling
 its MMA puts on it however cheap the decode and the loads become.
 
@@ -149,7 +149,7 @@ def compiled_mix(kind: str, n: int, fresh: bool) -> collections.Counter:
 def main(argv=None) -> int:
     """Print each shape's measured rate and the caps it puts on the scorers (or,
     ``--compile-only``, each loop's SASS mix); returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m fast.tools.mma_rates", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.mma_rates", description=__doc__)
     parser.add_argument("--compile-only", action="store_true", help="print each loop's SASS mix (no GPU needed)")
     args = parser.parse_args(argv)
     if args.compile_only:

@@ -1,7 +1,7 @@
-"""``python -m fast.tools.pipe_rates``: the issue rate of each instruction the scorer's decode
+"""``python -m bench.pipe_rates``: the issue rate of each instruction the scorer's decode
 spends its page on (``prmt``, ``lop3``, the E4M3 -> f16 conversion, ``imad``), against
 ``fma.rn.f32`` (the FMA pipe at full rate), on the GPU at hand. The scorer's budget
-(``python -m fast.tools.sass --parts``, fast/tools/PERF.md) counts instructions a page;
+(``python -m bench.sass --parts``, bench/PERF.md) counts instructions a page;
 these rates say what each costs.
 
 Each thread runs 8 independent dependency chains of one instruction (enough to cover its
@@ -77,7 +77,7 @@ def compiled_mix(step: str) -> collections.Counter:
 def main(argv=None) -> int:
     """Print each pipe's measured rate (or, ``--compile-only``, each loop's SASS mix);
     returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m fast.tools.pipe_rates", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.pipe_rates", description=__doc__)
     parser.add_argument("--compile-only", action="store_true", help="print each loop's SASS mix (no GPU needed)")
     args = parser.parse_args(argv)
     if args.compile_only:

@@ -1,4 +1,4 @@
-"""``python -m fast bench`` (``make bench``): the performance evidence, measured in one run.
+"""``python -m bench`` (``make bench``): the performance evidence, measured in one run.
 
 Prints a table (machine header first) and writes ``results.json`` and PNG plots under
 ``--out``. Sections:
@@ -39,19 +39,19 @@ import torch
 import triton
 
 import reference
+from fast.backend import p2p_gpus, sm_count
+from fast.select.policy import force_select, select_split
+from fast.symm import SingleRankSymmetric
+from fast.tables import dequant_lut
+from fast.tools.launcher import RankPool
+from fast.tools.programs import run_case
 from indexer_constants import MAX_PAGES, PAGE, PAGE_BYTES, SLOTS, SUPPORTED_CP, TOPK
 from reference.cases import make_case
 from reference.decode import query_tile
 from reference.scores import fp32_order_bound
 
-from ..backend import p2p_gpus, sm_count
-from ..cp import IndexerDecodeCP
-from ..select.policy import select_split
-from ..stock import StockDecode
-from ..symm import SingleRankSymmetric
-from ..tables import dequant_lut
-from .bench_layers import bench_layers_on_rank
-from .bench_msa import (
+from .layers import bench_layers_on_rank
+from .msa import (
     MSA_CONTEXTS,
     block_bytes,
     check_msa,
@@ -61,9 +61,7 @@ from .bench_msa import (
     msa_stock_stages,
     print_msa,
 )
-from .launcher import RankPool
-from .programs import run_case
-from .scorer_variants import score_variant
+from .stages import StagedCP, StagedStock
 from .targets import SCORER_GOALS, judge
 from .timing import (
     FLUSH_BYTES,
@@ -78,6 +76,7 @@ from .timing import (
     same_bytes_read_GBps,
     variant_cell,
 )
+from .variants import score_variant
 
 CONTEXTS = (2048, 8192, 32768, 131072, 524288, 1048576)  # tokens; 2048: every row <= 16 pages
 BATCHES = (1, 8, 32, 64)
@@ -305,7 +304,7 @@ def select_section(device, gen) -> list[dict]:
     for pages, batch in progress([(p, b) for p in (2048, 8192) for b in (1, 8, 32)], "top-16"):
         split = select_split(batch * 2, pages, sm_count(str(device)))
         for s, pdl in [(split, False), (split, True)] + ([(1, False)] if split != 1 else []):
-            decode = StockDecode(heads=2, max_reqs=batch, device=device, split=s, pdl=pdl)
+            decode = force_select(StagedStock(heads=2, max_reqs=batch, device=device, pdl=pdl), split=s)
             table = torch.zeros(batch, pages, dtype=torch.int32, device=device)
             plan = decode.plan(table, torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device))
             plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
@@ -326,7 +325,7 @@ def push_case(device, gen, columns: int, batch: int, pdl: bool = False):
     whose rows are all long, the last query's own page the last, so each ranks ``columns``
     - 1 pages of random scores (``plan.scores``: fp32 [batch, 8 * HEADS, columns + 1]);
     its kernels launched under PDL where ``pdl`` (GPUs)."""
-    decode = IndexerDecodeCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device), pdl=pdl)
+    decode = StagedCP(heads=HEADS, max_reqs=batch, symm=SingleRankSymmetric(device), pdl=pdl)
     lens = torch.full((batch,), columns * PAGE, dtype=torch.int32, device=device)
     plan = decode.plan(torch.zeros(batch, columns, dtype=torch.int32, device=device), lens)
     plan.scores.copy_(torch.randn(plan.scores.shape, generator=gen))
@@ -334,7 +333,7 @@ def push_case(device, gen, columns: int, batch: int, pdl: bool = False):
 
 
 def push_section(device, gen, shapes=PUSH_SHAPES, timer=graph_time_us) -> list[dict]:
-    """The CP push alone (``IndexerDecodeCP.push``) and the push and merge together,
+    """The CP push alone (``bench.stages.CPStages.push``) and the push and merge together,
     random scores hot in L2 (as the scorer leaves them), on one GPU (``push_case``): a
     CP = 1 decode whose rows rank as many columns as a CP = 2 rank's at twice the context —
     the push's work is its programs x columns, only where the keys go differs. The merge
@@ -547,7 +546,7 @@ def print_report(report: dict, file=sys.stdout) -> None:
                 file=file,
             )
     if report.get("targets"):
-        print("\nthe performance issue's targets, this run (fast/tools/targets.py)", file=file)
+        print("\nthe performance issue's targets, this run (bench/targets.py)", file=file)
         for t in report["targets"]:
             verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
             print(f"  [{verdict}] {t['target']}: {t['figures']}", file=file)
@@ -688,7 +687,7 @@ def run_bench(
 
 def scorer_once(batch: int = 8, pages: int = 1024, hs: int = 1, calls: int = 3, **variant) -> None:
     """A few plain scorer launches on cold random pages, for a profiler to attach to
-    (``ncu --kernel-name regex:score_kernel_wgmma python -c 'from fast.tools.bench import
+    (``ncu --kernel-name regex:score_kernel_wgmma python -c 'from bench.suite import
     scorer_once; scorer_once()'``); variant: ``scorer_variants.variant_launch`` keywords."""
     gen = torch.Generator().manual_seed(0)
     pool = CachePool(batch * pages * calls, torch.device("cuda", 0))

@@ -1,4 +1,4 @@
-"""``FAST_COMPILE_ONLY=1 python -m fast.tools.sass [--kernel wgmma|prmt|msa-fp8|msa-bf16] [--hs N]
+"""``FAST_COMPILE_ONLY=1 python -m bench.sass [--kernel wgmma|prmt|msa-fp8|msa-bf16] [--hs N]
 [--first-slot S] [--tokens T] [--pages P]``: compile a GPU scorer (the NVFP4 ones, or the MSA
 format's mma kernel as ``score_blocks`` launches it) for sm_90 on any machine (the Triton
 wheel carries ptxas and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
@@ -29,22 +29,21 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
+from fast.kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from fast.kernels.guards import table_bounds_kernel
+from fast.kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
+from fast.kernels.msa_scorer import msa_score_kernel
+from fast.kernels.msa_scorer_mma import msa_score_kernel_mma
+from fast.kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
+from fast.kernels.page_maxima import partial_maxima
+from fast.kernels.scorer_wgmma import score_kernel_wgmma
+from fast.kernels.stock import q_to_tile_kernel, stock_topk_kernel
+from fast.msa_scorer import mma_constants, mma_partials
+from fast.scorer import WGMMA_DEPTH, long_row_pages, max_registers, mma_rows, ring_pages, rows_for, shared_tables
+from fast.select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
+from fast.select.warp_ptx import warp_asm_options
 from indexer_constants import PAGE, SLOTS
 
-from ..kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
-from ..kernels.guards import table_bounds_kernel
-from ..kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
-from ..kernels.msa_scorer import msa_score_kernel
-from ..kernels.msa_scorer_mma import msa_score_kernel_mma
-from ..kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
-from ..kernels.page_maxima import partial_maxima
-from ..kernels.scorer_prmt import score_kernel_prmt
-from ..kernels.scorer_wgmma import score_kernel_wgmma
-from ..kernels.stock import q_to_tile_kernel, stock_topk_kernel
-from ..msa_scorer import mma_constants, mma_partials
-from ..scorer import WGMMA_DEPTH, long_row_pages, max_registers, mma_rows, ring_pages, rows_for, shared_tables
-from ..select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
-from ..select.warp_ptx import warp_asm_options
 from .sass_listing import instruction_mix, load_use_distances, main_loop_mix
 from .sass_parts import (
     ALU_BUDGET,
@@ -55,7 +54,8 @@ from .sass_parts import (
     msa_source_parts,
     parts_per_page,
 )
-from .scorer_variants import PRMT_PAGES, PRMT_TOKENS
+from .scorer_prmt import score_kernel_prmt
+from .variants import PRMT_PAGES, PRMT_TOKENS
 
 _SIGNATURE = {
     "q_ptr": "*u8",
@@ -464,7 +464,7 @@ def _int_in(low: int, high: int):
 def main(argv=None) -> int:
     """The module's command line (its docstring says what it prints); returns the exit
     status."""
-    parser = argparse.ArgumentParser(prog="python -m fast.tools.sass", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.sass", description=__doc__)
     parser.add_argument("--kernel", choices=("wgmma", "prmt", "msa-fp8", "msa-bf16"), default="wgmma")
     parser.add_argument("--hs", type=_int_in(1, 8), default=1, help="heads of the tile, 1..8")
     parser.add_argument(

@@ -8,15 +8,15 @@ from __future__ import annotations
 import torch
 import triton
 
+from fast import scorer
+from fast.backend import pdl_options
+from fast.checks import score_shapes
+from fast.kernels.page_maxima import partial_maxima
+from fast.kernels.page_ring import MAX_RING
+from fast.scorer import max_ring, ring_pages, rows_for
 from indexer_constants import PAGE_BYTES, SLOTS
 
-from .. import scorer
-from ..backend import pdl_options
-from ..checks import score_shapes
-from ..kernels.page_maxima import partial_maxima
-from ..kernels.page_ring import MAX_RING
-from ..kernels.scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
-from ..scorer import max_ring, ring_pages, rows_for
+from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1

@@ -1,16 +1,15 @@
 """The previous GPU scorer, kept for the benchmark's version comparison and as a second GPU
 implementation in the tests: codes decoded by ``dequant_prmt``'s byte permutes in plain
 Triton, whose ``tl.dot`` stages the fp16 tile through shared memory. Not in the decode's
-dispatch (``fast.scorer``); the tools launch it (``fast.tools.scorer_variants``)."""
+dispatch (``fast.scorer``); the tools launch it (``bench.variants``)."""
 
 import triton
 import triton.language as tl
 
+from fast.kernels.dequant_prmt import dequant_prmt, load_page_prmt
+from fast.kernels.device import pdl_wait
+from fast.kernels.score_rows import pages_scored, query_rows
 from indexer_constants import PAGE, PAGE_BYTES
-
-from .dequant_prmt import dequant_prmt, load_page_prmt
-from .device import pdl_wait
-from .score_rows import pages_scored, query_rows
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)

@@ -9,13 +9,14 @@ import math
 
 import torch
 
+from fast.msa_cp import MsaDecodeCP
+from fast.msa_scorer import KEY_FORMATS, gpu_kernel, run_block_scorer
+from fast.msa_stock import MsaStockDecode
+from fast.scorer import mma_rows
+from fast.symm import SingleRankSymmetric
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from ..msa_cp import MsaDecodeCP
-from ..msa_scorer import KEY_FORMATS, gpu_kernel, score_blocks
-from ..msa_stock import MsaStockDecode
-from ..scorer import mma_rows
-from ..symm import SingleRankSymmetric
+from .stages import StagedMsaCP, StagedMsaStock
 from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell, variant_cell
 
 # (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
@@ -97,7 +98,7 @@ def msa_scorer_section(
                 def call(
                     i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, kw=launch
                 ):
-                    score_blocks(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw)
+                    run_block_scorer(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw)
 
                 us = timer(call, len(tables))
                 gbps = per_set * size / us / 1e3
@@ -145,7 +146,7 @@ def msa_feed_section(
                 for tensor in (True, False):
 
                     def call(i, tensor=tensor, tile=tile, out=out, slots=slots, cache=cache):
-                        score_blocks(
+                        run_block_scorer(
                             tile,
                             cache,
                             tables[i],
@@ -188,7 +189,7 @@ def msa_stock_stages(
                 (table,) = disjoint_tables(batch, pages, 1, gen, device)
                 lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
                 q = torch.randn(batch * query_len, heads, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
-                sd = MsaStockDecode(
+                sd = StagedMsaStock(
                     heads=heads,
                     max_reqs=batch,
                     device=device,
@@ -205,7 +206,7 @@ def msa_stock_stages(
                     sd.forward(layer, plan, q, cache, out, query_len)
 
                 def score(_, cache=cache):
-                    score_blocks(
+                    run_block_scorer(
                         plan.tile, cache, table, lens, plan.scores, num_pages=pages, first_slot=SLOTS - query_len
                     )
 
@@ -286,7 +287,7 @@ def msa_cp_vs_stock(
                     full = disjoint_tables(batch, pages, sets, gen, device)
                     width = -(-pages // cp)
                     mine = [t[:, :width].contiguous() for t in full]  # a rank's blocks: any 1 / CP of them
-                    state = MsaDecodeCP(
+                    state = StagedMsaCP(
                         heads=heads,
                         max_reqs=batch,
                         symm=SingleRankSymmetric(device),
@@ -321,9 +322,8 @@ def check_msa(device=None) -> bool:
     """The stock MSA decode and a one-rank MSA CP decode on ``device`` (default the first
     GPU) against the reference's oracle on exact-arithmetic inputs (long rows, q = 4, both
     formats): bit for bit."""
+    from fast.msa_stock import msa_stock_decode
     from reference import msa
-
-    from ..msa_stock import msa_stock_decode
 
     device = device or torch.device("cuda", 0)
     ok = True

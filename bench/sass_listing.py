@@ -38,7 +38,7 @@ def main_loop_span(sass: str, mma: bool = True) -> range:
 def main_loop_mix(sass: str, mma: bool = True) -> collections.Counter:
     """Opcode -> count over the longest loop of the listing (label to its backward branch)
     that multiplies (an MMA in it; any loop where not ``mma``): in the wgmma scorer, one page
-    per trip — the instructions per page and thread that fast/tools/PERF.md counts. Empty if
+    per trip — the instructions per page and thread that bench/PERF.md counts. Empty if
     the listing has no such loop (the scorer at N = 8: its pages unrolled)."""
     lines = sass.splitlines()
     return collections.Counter(op.group(1) for i in main_loop_span(sass, mma) if (op := OPCODE.match(lines[i])))

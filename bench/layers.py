@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import torch
 
+from fast.graphs import GraphedDecode
+from fast.layout import HeadLayout
+from fast.scorer import score_pages
 from indexer_constants import SLOTS
 
-from ..cp import IndexerDecodeCP
-from ..graphs import GraphedDecode
-from ..layout import HeadLayout
-from ..scorer import score_pages
-from ..stock import StockDecode
 from .rendezvous import Rendezvous
+from .stages import StagedCP, StagedStock
 from .timing import FLUSH_BYTES, CachePool, random_tile
 
 _START_SPIN_CYCLES = 1_000_000  # ~0.5 ms at 2 GHz: longer than a host takes to launch a graph
@@ -97,11 +96,11 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     result = {}
     for path in ("stock", "cp"):
         if path == "cp":
-            decode = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True)
+            decode = StagedCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True)
             mine = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
         else:  # tensor parallel: H / world heads per rank (replicated when world > H)
             hr = max(1, heads // ctx.world)
-            decode = StockDecode(heads=hr, max_reqs=batch, device=dev, pdl=True)
+            decode = StagedStock(heads=hr, max_reqs=batch, device=dev, pdl=True)
             mine = [(ctx.rank * hr + k) % heads for k in range(hr)]
         runs = {}
         for n in (layers, 2 * layers):

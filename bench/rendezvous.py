@@ -14,10 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..checks import spin_timeout
-from ..cp import DEFAULT_TIMEOUT_S  # the decode's bounds: a rendezvous waits as its spins do
-from ..kernels.device import clock_ns, deadline_ns, peer_ptr
-from ..symm import Symmetric
+from fast.checks import spin_timeout
+from fast.cp import DEFAULT_TIMEOUT_S  # the decode's bounds: a rendezvous waits as its spins do
+from fast.kernels.device import clock_ns, deadline_ns, peer_ptr
+from fast.symm import Symmetric
 
 
 @triton.jit(do_not_specialize=["epoch"])  # a new value every call: one compile

@@ -1,5 +1,5 @@
 """The scorers' instructions by part, against the read ceiling's budget (the budget tables
-of fast/tools/PERF.md): each instruction of a listing compiled with line info
+of bench/PERF.md): each instruction of a listing compiled with line info
 (``sass.scorer_sass(..., lines=True)``) takes the part of the kernel function whose source
 line issued it, the MMAs theirs by opcode. The NVFP4 wgmma scorer's parts a page
 (``source_parts``, ``parts_per_page``), the MSA mma scorer's a half-block
@@ -15,7 +15,7 @@ from indexer_constants import HEAD_DIM, PAGE_BYTES
 
 from .sass_listing import OPCODE, main_loop_span
 
-# The wgmma scorer's parts (the budget table of fast/tools/PERF.md), by the function whose
+# The wgmma scorer's parts (the budget table of bench/PERF.md), by the function whose
 # source line issues an instruction (nvdisasm's line info: the innermost line, inlining
 # undone), the MMAs by their opcodes. A line of the kernel itself is its setup before the
 # page loop, the loop's own control, or the epilogue after it; a line of Triton's library
@@ -64,7 +64,7 @@ def _module_functions(module) -> tuple[list[str], list[tuple[str, range]]]:
 @functools.cache
 def _maxima_line_parts() -> dict[int, str]:
     """Line number of fast/kernels/page_maxima.py -> its part (parsed once)."""
-    from ..kernels import page_maxima
+    from fast.kernels import page_maxima
 
     _, functions = _module_functions(page_maxima)
     return {i: _MAXIMA_PART.get(name, "other") for name, lines in functions for i in lines}
@@ -73,7 +73,7 @@ def _maxima_line_parts() -> dict[int, str]:
 @functools.cache
 def _scorer_line_parts() -> dict[int, str]:
     """Line number of fast/kernels/scorer_wgmma.py -> its part (parsed once)."""
-    from ..kernels import scorer_wgmma
+    from fast.kernels import scorer_wgmma
 
     text, functions = _module_functions(scorer_wgmma)
     parts: dict[int, str] = {}
@@ -144,7 +144,7 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
     return {part: (whole[part] + (pages - 1) * loop[part]) / pages for part in PARTS}
 
 
-# The MSA mma scorer's parts (the MSA budget of fast/tools/PERF.md), by the same line info:
+# The MSA mma scorer's parts (the MSA budget of bench/PERF.md), by the same line info:
 # its ring (the half-blocks' copies, waits and read-back: block_ring.py, page_ring.py and
 # the kernel's copy helpers), the conversion of a half-block's raw elements to the MMA's
 # operand, the MMAs (by opcode), the token mask (on a request's last blocks only), the
@@ -172,7 +172,7 @@ def _indent(line: str) -> int:
 def _msa_line_parts() -> dict[str, dict[int, str]]:
     """Module file name -> (line number -> part) for the MSA mma scorer's own module and
     the kernel modules it calls (parsed once)."""
-    from ..kernels import column_order, msa_scorer_mma
+    from fast.kernels import column_order, msa_scorer_mma
 
     text, functions = _module_functions(msa_scorer_mma)
     own: dict[int, str] = {}

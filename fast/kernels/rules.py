@@ -1,0 +1,58 @@
+"""The contract's per-row rules (docs/DESIGN.md §3, §6), each spelled once for every kernel
+that needs it: where a tile slot's query sits, its own page (the causal cut), which requests
+are long (exchanged, scored and merged from candidates) and which rows are short (their
+causal pages fit the output whole).
+
+The position, cut and tests are plain arithmetic on their operands (no ``tl`` call), so the
+Gluon scorers call them as the Triton kernels do. The reference spells each once too
+(``reference.rules``).
+"""
+
+import triton
+import triton.language as tl
+
+from indexer_constants import PAGE, SLOTS, TOPK
+
+_PAGE = tl.constexpr(PAGE)
+_SLOTS = tl.constexpr(SLOTS)
+_TOPK = tl.constexpr(TOPK)
+# A request is long when its last query's own page is 16 or more: its length exceeds this.
+_LONG_LEN = tl.constexpr(TOPK * PAGE)
+
+
+@triton.jit
+def query_position(length, slot):
+    """The position of the query in tile slot ``slot`` (0..7) of a request of ``length``
+    tokens: ``length - 8 + slot`` (a step of q queries fills the last q slots, its last
+    query at position length - 1). Negative for a slot before a short request's start."""
+    return length - _SLOTS + slot
+
+
+@triton.jit
+def own_page(length, slot):
+    """The causal cut: the page that holds slot ``slot``'s query, ``(length - 8 + slot) //
+    128``. Pages below it are ranked; it is the row's own page. For a position >= 0 (the
+    decodes judge a length below query_len bad before using it)."""
+    return query_position(length, slot) // _PAGE
+
+
+@triton.jit
+def is_long_request(length):
+    """A request whose last query's own page is 16 or more (``length > 16 * 128``): the CP
+    path exchanges its queries and scores and merges its rows; no other request touches a
+    symmetric buffer."""
+    return length > _LONG_LEN
+
+
+@triton.jit
+def is_short_row(own):
+    """A row whose causal pages ``0 .. own`` fit the output whole (``own + 1 <= 16``): it
+    is written ``[0 .. own, -1, ...]`` (``select.levels.short_row``) without ranking."""
+    return own + 1 <= _TOPK
+
+
+@triton.jit
+def short_row(k, own):
+    """The output of a short row (``is_short_row``) at output slots ``k`` (int32 [16]):
+    ``[0 .. own, -1, ...]``, its causal pages in order."""
+    return tl.where(k <= own, k, -1)
