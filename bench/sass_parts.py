@@ -124,6 +124,8 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
             return "loads"  # the ring's copies, waits and reads from shared memory
         if "/triton/language/" in path:
             return "maximum"  # a reduction's combine (gl.max)
+        if path.endswith("kernels/rules.py"):
+            return before  # a per-row rule, inlined where the kernel's line calls it
         return "other"
 
     return _count_parts(sass, part_at, span, alu)
@@ -211,7 +213,7 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
 def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
     """Part (``MSA_PARTS``) -> instructions of the MSA mma scorer's listing (with line
     info); alu: only those of ``ALU_OPS``. A line of Triton's library (a reduction's
-    combine) takes the part of the kernel line before it."""
+    combine) or of the per-row rules takes the part of the kernel line before it."""
     by_file = _msa_line_parts()
 
     def part_at(path: str, number: int, before: str) -> str:
@@ -220,7 +222,9 @@ def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
             return by_file[module].get(number, "other")
         if path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
             return "ring"
-        return before if "/triton/language/" in path else "other"
+        # Triton's library (a reduction's combine) and the per-row rules (kernels/rules.py)
+        # are inlined where the kernel's line calls them: that line's part
+        return before if "/triton/language/" in path or path.endswith("kernels/rules.py") else "other"
 
     return _count_parts(sass, part_at, alu=alu)
 
