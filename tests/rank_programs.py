@@ -14,11 +14,11 @@ import torch
 
 import reference
 from bench.layers import cp_stage_layers
+from bench.stages import StagedCP, StagedMsaCP
 from fast.cp import IndexerDecodeCP
 from fast.errors import DecodeInputError, PeerTimeoutError
 from fast.graphs import GraphedDecode
 from fast.layout import HeadLayout
-from fast.msa_cp import MsaDecodeCP
 from fast.tools.programs import case_format, on_device
 from fuzz.strategies import FF_BYTE_BF16
 from reference.cases import make_case
@@ -50,13 +50,14 @@ class OneLayer:
 
 def one_layer(ctx, case: dict, **state_options) -> OneLayer:
     """``OneLayer`` of ``case`` on this rank (an MSA case: ``MsaDecodeCP`` with its format and
-    windows); state_options: ``IndexerDecodeCP`` keywords."""
+    windows), its stages callable alone (``bench.stages``); state_options:
+    ``IndexerDecodeCP`` keywords."""
     c = on_device(ctx.device, case)
     heads = c["index_q"].shape[1]
     owned = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
     key_format, windows = case_format(c)
     common = dict(heads=heads, max_reqs=c["seq_lens"].shape[0], symm=ctx.symm, **state_options)
-    state = MsaDecodeCP(**common, key_format=key_format, **windows) if windows else IndexerDecodeCP(**common)
+    state = StagedMsaCP(**common, key_format=key_format, **windows) if windows else StagedCP(**common)
     return OneLayer(c, owned, state, state.new_layer(), c["index_q"][:, owned].contiguous())
 
 
