@@ -235,11 +235,12 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         assert torch.equal(scores[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
         if dev.type == "cuda":  # the lab's variants force each feed (a source tree's bench/)
             from bench.variants import score_variant
-        for feed in _page_feeds(q * heads) if dev.type == "cuda" else ():
-            got = torch.full((batch, 8 * heads, width), 1e30, device=dev)
-            score_variant(stock_plan.tile, on[1], on[2][:, :width], on[3], got, first_slot=8 - q, **feed)
-            got = _step_rows(got, heads, q, width)
-            assert torch.equal(got[stored], ref_scores[stored]), f"scorer fed {feed} != reference on exact input"
+
+            for feed in _page_feeds(q * heads):
+                got = torch.full((batch, 8 * heads, width), 1e30, device=dev)
+                score_variant(stock_plan.tile, on[1], on[2][:, :width], on[3], got, first_slot=8 - q, **feed)
+                got = _step_rows(got, heads, q, width)
+                assert torch.equal(got[stored], ref_scores[stored]), f"scorer fed {feed} != reference on exact input"
         # CP = 1 in one process: the whole protocol against the oracle.
         state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
         layer = state.new_layer()

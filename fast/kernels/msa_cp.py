@@ -14,7 +14,7 @@ column as if it began at column 0 and shifts the keys back (their low 16 bits ho
 import triton
 import triton.language as tl
 
-from indexer_constants import PAGE, SLOTS, TOPK
+from indexer_constants import SLOTS, TOPK
 
 from ..select.levels import KEY_EXACT, row_top16
 from .cp import _push
@@ -23,7 +23,6 @@ from .guards import BOUND_WORDS, request_verdict, row_id_bounds
 from .msa_select import msa_read_columns
 from .rules import is_long_request, is_short_row, own_page
 
-_PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)

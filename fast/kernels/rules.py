@@ -47,7 +47,7 @@ def is_long_request(length):
 @triton.jit
 def is_short_row(own):
     """A row whose causal pages ``0 .. own`` fit the output whole (``own + 1 <= 16``): it
-    is written ``[0 .. own, -1, ...]`` (``select.levels.short_row``) without ranking."""
+    is written ``[0 .. own, -1, ...]`` (``short_row``) without ranking."""
     return own + 1 <= _TOPK
 
 
