@@ -31,7 +31,7 @@ from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
 from fast.kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from fast.kernels.guards import table_bounds_kernel
-from fast.kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
+from fast.kernels.msa_cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
 from fast.kernels.msa_scorer import msa_score_kernel
 from fast.kernels.msa_scorer_mma import msa_score_kernel_mma
 from fast.kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
@@ -292,7 +292,10 @@ def compile_kernels() -> list[str]:
                 "init:i32 local:i32",
                 cp | {"SORT": True, "WALL": False} | extra,
             )
-            for name, extra in (("merge", {"WORDS": 32, "MSA": False}), ("msa merge bf16", {"WORDS": 64, "MSA": True}))
+            for name, extra in (
+                ("merge", {"WORDS": 32, "OUTPUT": None}),
+                ("msa merge bf16", {"WORDS": 64, "OUTPUT": msa_merged_output}),
+            )
         ),
         (
             "msa compact table",

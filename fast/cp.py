@@ -88,8 +88,10 @@ class IndexerDecodeCP:
 
     query_dtype = torch.float8_e4m3fn  # index_q's dtype (a subclass may set its own before __init__)
     tile_dtype = torch.uint8  # the q tile's as the scorer reads it (E4M3 bytes)
-    MSA_OUTPUT = False  # the merge's output: §6's (own page in slot 15), or §10.4's (MsaDecodeCP)
-    init_blocks = local_blocks = 0  # the merge's forced windows (MSA_OUTPUT only)
+    # The merge's output of a long row: None for §6's (its best 15, own page in slot 15), or a
+    # format's jit function (merge_kernel's OUTPUT), with its forced windows (none in §6's).
+    MERGE_OUTPUT = None
+    init_blocks = local_blocks = 0
     # The plan's kernel: compact table, scorer lengths, real lengths, n_local and id bounds
     # (§6's; a format with other rules sets its own, of the same parameters).
     COMPACT_KERNEL = compact_table_kernel
@@ -388,7 +390,7 @@ class IndexerDecodeCP:
             QLEN=query_len,
             WALL=self._wall,
             WORDS=self._row_words,
-            MSA=self.MSA_OUTPUT,
+            OUTPUT=self.MERGE_OUTPUT,
             **pdl_options(self.pdl),
         )
         return out

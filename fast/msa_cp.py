@@ -12,7 +12,7 @@ from indexer_constants import HEAD_DIM, SLOTS
 from . import checks
 from .backend import pdl_options
 from .cp import CPLayer, CPPlan, IndexerDecodeCP
-from .kernels.msa_cp import msa_compact_table_kernel, msa_push_kernel
+from .kernels.msa_cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
 from .msa_scorer import KEY_FORMATS, score_blocks
 from .select.policy import push_warps
 from .symm import Symmetric
@@ -31,7 +31,7 @@ class MsaDecodeCP(IndexerDecodeCP):
     keywords are ``IndexerDecodeCP``'s.
     """
 
-    MSA_OUTPUT = True
+    MERGE_OUTPUT = msa_merged_output  # §10.4's output: the windows around the chosen, ascending
     # Its plan: the compact table (-1 past P), real lengths of long requests (0 otherwise),
     # this rank's read columns (n_local) and the id bounds of every rank's read columns.
     COMPACT_KERNEL = msa_compact_table_kernel

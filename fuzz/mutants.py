@@ -77,8 +77,8 @@ MUTANTS = [
         "own page not forced into slot 15",
         "kernels",
         "fast.kernels.cp",
-        "                tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
-        "                tl.store(dst, keys_to_pages(best))\n",
+        "    tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))\n",
+        "    tl.store(dst, keys_to_pages(best))\n",
     ),
     Mutant(
         "msa output descending",
@@ -156,9 +156,9 @@ MUTANTS = [
     Mutant(
         "msa merge takes one candidate too many",
         "msa-kernels",
-        "fast.kernels.cp",
-        "                m = _TOPK - init - local  # the candidates a row takes\n",
-        "                m = _TOPK - init - local + 1  # the candidates a row takes\n",
+        "fast.kernels.msa_cp",
+        "    m = _TOPK - init - local  # the candidates a row takes\n",
+        "    m = _TOPK - init - local + 1  # the candidates a row takes\n",
     ),
     Mutant(
         "msa rank's candidates start one column early",
@@ -194,13 +194,19 @@ def applied(mutant: Mutant):
                 for name, old in saved.items()
                 if module.__dict__.get(name) is not old and not name.startswith("__")
             }
-            for other in list(sys.modules.values()):
-                if other is module or not getattr(other, "__name__", "").startswith(PACKAGES):
-                    continue
-                for attr, value in list(vars(other).items()):
+            # every other holder of a replaced object: the package's modules, and the classes
+            # they define (a class attribute names a kernel, as MsaDecodeCP.MERGE_OUTPUT does)
+            holders = [
+                holder
+                for other in list(sys.modules.values())
+                if other is not module and getattr(other, "__name__", "").startswith(PACKAGES)
+                for holder in (other, *(v for v in vars(other).values() if isinstance(v, type)))
+            ]
+            for holder in holders:
+                for attr, value in list(vars(holder).items()):
                     if id(value) in changed:
-                        rebound.append((other, attr, value))
-                        setattr(other, attr, changed[id(value)])
+                        rebound.append((holder, attr, value))
+                        setattr(holder, attr, changed[id(value)])
             yield
         finally:
             for other, attr, value in rebound:

@@ -55,7 +55,6 @@ from .device import (
     peer_ptr,
 )
 from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
-from .msa_select import msa_output
 from .rules import is_long_request, is_short_row, own_page, short_row
 
 _PAGE = tl.constexpr(PAGE)
@@ -340,6 +339,15 @@ def _push_warp_top16(
 
 
 @triton.jit
+def merged_output(dst, best, own):
+    """§6's output of a merged long row, every head at once: dst int32 pointers [HR, 16],
+    best the heads' 16 best exact keys [HR, 16] (descending): their 15 best pages, then the
+    row's own page in slot 15."""
+    k = tl.arange(0, _TOPK)
+    tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
+
+
+@triton.jit
 def merge_kernel(
     seq_lens_ptr,  # int32 [B]
     bounds_ptr,  # int32 [B, 4]: the plan's id bounds
@@ -354,7 +362,7 @@ def merge_kernel(
     set_elems,
     set_words,
     timeout_ns,
-    init,  # MSA: the forced windows (unused otherwise)
+    init,  # the output's forced windows (OUTPUT's; none in §6's)
     local,
     H: tl.constexpr,
     HR: tl.constexpr,
@@ -365,13 +373,12 @@ def merge_kernel(
     WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
     WORDS: tl.constexpr = 32,  # int32 words of a head's query row in the tile (as the exchange's)
-    MSA: tl.constexpr = False,  # the MSA output (docs/DESIGN.md §10.4), not §6's
+    OUTPUT: tl.constexpr = None,  # the format's output of a merged row (None: merged_output, §6's)
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
-    16 candidates of its heads is -1 (every head at once), take each head's best 15, put
-    own in slot 15 and reset the candidates to -1. With MSA a long row is instead the init
-    window, the best ``16 - init - local`` candidates, the local window, ascending
-    (``msa_select.msa_output``; every rank pushed only candidates). Then, for a long request (the only ones
+    16 candidates of its heads is -1 (every head at once), write each head's output from
+    its 16 best (``OUTPUT``: ``merged_output``, §6's best 15 and own in slot 15, or a
+    format's own, DESIGN §10.4's) and reset the candidates to -1. Then, for a long request (the only ones
     exchanged), re-arm the row's tile slot to 0xFF and store the flipped parity, so the
     layer's next long step uses the other buffer set (every such program stores the same
     value; nothing reads the parity again before the next step's exchange, which waits for
@@ -447,13 +454,10 @@ def merge_kernel(
             tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
         else:
             best = select16_rows(keys, SORT)
-            if MSA:
-                m = _TOPK - init - local  # the candidates a row takes
-                for head in tl.static_range(HR):
-                    row = tl.sum(tl.where(hl[:, None] == head, best, 0), axis=0)  # this head's keys
-                    tl.store(out_ptr + (t * HR + head) * _TOPK + k, msa_output(row, m, own + 1, init, local))
+            if OUTPUT is None:
+                merged_output(dst, best, own)
             else:
-                tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
+                OUTPUT(out_ptr, t, best, own, init, local, HR)
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
     if is_long_request(seq):  # only long requests were exchanged: the step used its buffer set
         if dead | is_short_row(own):

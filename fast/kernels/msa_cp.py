@@ -20,7 +20,7 @@ from ..select.levels import KEY_EXACT, row_top16
 from .cp import _push
 from .device import pdl_release, pdl_wait, peer_ptr
 from .guards import BOUND_WORDS, request_verdict, row_id_bounds
-from .msa_select import msa_read_columns
+from .msa_select import msa_output, msa_read_columns
 from .rules import is_long_request, is_short_row, own_page
 
 _SLOTS = tl.constexpr(SLOTS)
@@ -164,3 +164,17 @@ def msa_push_kernel(
                 _push(tl.where(best > 0, best - lo * CP, 0), dst, healthy)
         elif s == 0:
             _push(tl.zeros([_TOPK], tl.int64), dst, healthy)
+
+
+@triton.jit
+def msa_merged_output(out_ptr, t, best, own, init, local, HR: tl.constexpr):
+    """The merge's output of a long row under the MSA rules (``merge_kernel``'s ``OUTPUT``,
+    DESIGN §10.4): per head, the init window, the best ``16 - init - local`` of its 16 best
+    keys best [HR, 16] (every rank pushed only candidates), the local window, ascending
+    (``msa_output``), into out int32 [rows, HR, 16] at row t."""
+    k = tl.arange(0, _TOPK)
+    hl = tl.arange(0, HR)
+    m = _TOPK - init - local  # the candidates a row takes
+    for head in tl.static_range(HR):
+        row = tl.sum(tl.where(hl[:, None] == head, best, 0), axis=0)  # this head's keys
+        tl.store(out_ptr + (t * HR + head) * _TOPK + k, msa_output(row, m, own + 1, init, local))
