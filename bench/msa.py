@@ -9,9 +9,9 @@ import math
 
 import torch
 
-from fast.msa_cp import MsaDecodeCP
-from fast.msa_scorer import KEY_FORMATS, gpu_kernel, run_block_scorer
-from fast.msa_stock import MsaStockDecode
+from fast.msa.cp import MsaDecodeCP
+from fast.msa.scorer import KEY_FORMATS, gpu_kernel, run_block_scorer
+from fast.msa.stock import MsaStockDecode
 from fast.scorer import mma_rows
 from fast.symm import SingleRankSymmetric
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
@@ -322,7 +322,7 @@ def check_msa(device=None) -> bool:
     """The stock MSA decode and a one-rank MSA CP decode on ``device`` (default the first
     GPU) against the reference's oracle on exact-arithmetic inputs (long rows, q = 4, both
     formats): bit for bit."""
-    from fast.msa_stock import msa_stock_decode
+    from fast.msa.stock import msa_stock_decode
     from reference import msa
 
     device = device or torch.device("cuda", 0)

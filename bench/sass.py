@@ -31,14 +31,14 @@ from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
 from fast.kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
 from fast.kernels.guards import table_bounds_kernel
-from fast.kernels.msa_cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
-from fast.kernels.msa_scorer import msa_score_kernel
-from fast.kernels.msa_scorer_mma import msa_score_kernel_mma
-from fast.kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
 from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.scorer_wgmma import score_kernel_wgmma
 from fast.kernels.stock import q_to_tile_kernel, stock_topk_kernel
-from fast.msa_scorer import mma_constants, mma_partials
+from fast.msa.kernels.cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
+from fast.msa.kernels.scorer_dot import msa_score_kernel
+from fast.msa.kernels.scorer_mma import msa_score_kernel_mma
+from fast.msa.kernels.select import msa_bounds_kernel, msa_stock_select_kernel
+from fast.msa.scorer import mma_constants, mma_partials
 from fast.scorer import WGMMA_DEPTH, long_row_pages, max_registers, mma_rows, ring_pages, rows_for, shared_tables
 from fast.select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from fast.select.warp_ptx import warp_asm_options
@@ -211,8 +211,7 @@ def msa_select_row_sass(width: int = 1024) -> str:
     in 16-byte loads at any width (``tests/test_sass.py`` holds it: loaded one column a
     thread, every step of the select's sorting network was a shuffle)."""
     shape = SelectShape.for_width(width)
-    constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1, "CHUNK": shape.chunk}
-    constexprs |= {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
+    constexprs = {"HS": 1, "QLEN": 1, "SLICE": triton.next_power_of_2(width), "SPLIT": 1} | shape.constexprs()
     constexprs |= {"EMULATE_FMA": False, "SORT": True, "PDL": True}
     divisible = ("stride_sb", "stride_sr") + (("P",) if width % 16 == 0 else ())
     kernel = _compile_triton(msa_stock_select_kernel, _MSA_SELECT_ARGS, constexprs, 4, divisible)
@@ -311,9 +310,7 @@ def compile_kernels() -> list[str]:
                 "score_ptr:*fp32 seq_lens_ptr:*i32 n_local_ptr:*i32 bounds_ptr:*i32 num_blocks:i32 recv_ptrs:*i64 "
                 "current_ptr:*i64 err_ptr:*i32 part_ptr:*i64 count_ptr:*i32 rows_max:i32 set_elems:i32 init:i32 "
                 "local:i32 stride_sb:i32 stride_sr:i32",
-                cp
-                | {"R": 1, "SLICE": 2048 // split, "SPLIT": split, "CHUNK": shape.chunk, "SUPERS": shape.supers}
-                | {"PER_SUPER": shape.per_super, "GROUP": shape.group, "SORT": True},
+                cp | {"R": 1, "SLICE": 2048 // split, "SPLIT": split, "SORT": True} | shape.constexprs(),
             )
             # a 2048-column row in three levels, and split in four slices of one chunk
             for split, shape in ((1, SelectShape.for_width(2048, 512)), (4, SelectShape.for_width(512, 512)))
@@ -358,8 +355,8 @@ def compile_kernels() -> list[str]:
                 f"msa stock select columns={width} split={split}",
                 msa_stock_select_kernel,
                 _MSA_SELECT_ARGS,
-                {"HS": 2, "QLEN": 2, "SLICE": width // split, "SPLIT": split, "CHUNK": shape.chunk}
-                | {"SUPERS": shape.supers, "PER_SUPER": shape.per_super, "GROUP": shape.group}
+                {"HS": 2, "QLEN": 2, "SLICE": width // split, "SPLIT": split}
+                | shape.constexprs()
                 | {"EMULATE_FMA": False, "SORT": True, "PDL": True},
             )
             # a 2048-column row in three levels, split in four slices of one chunk, and a
@@ -390,14 +387,7 @@ def compile_kernels() -> list[str]:
     )
     for split, chunk in ((1, 512), (4, 512), (1, 1024)):
         shape = SelectShape.for_width(1024 // split, chunk)
-        select = {
-            "SPLIT": split,
-            "CHUNK": shape.chunk,
-            "SUPERS": shape.supers,
-            "PER_SUPER": shape.per_super,
-            "GROUP": shape.group,
-            "SORT": True,
-        }
+        select = {"SPLIT": split, "SORT": True} | shape.constexprs()
         push = select | cp | {"R": 1, "SLICE": 1024 // split}
         kernels += [
             (
@@ -423,14 +413,7 @@ def compile_kernels() -> list[str]:
         shape = SelectShape.for_width(columns - 1, group=PUSH_GROUP)  # the push ranks W - 1 columns
         keys = warp_select_keys(1, columns, shape)
         name = f"push {'two-level ' if columns > shape.chunk else ''}warp select columns={columns}"
-        select = {
-            "SPLIT": 1,
-            "CHUNK": shape.chunk,
-            "SUPERS": shape.supers,
-            "PER_SUPER": shape.per_super,
-            "GROUP": push_group(columns, keys, shape),
-            "SORT": True,
-        }
+        select = {"SPLIT": 1, "SORT": True} | shape.constexprs(push_group(columns, keys, shape))
         kernels.append(
             (name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1)
         )

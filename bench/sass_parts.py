@@ -174,9 +174,10 @@ def _indent(line: str) -> int:
 def _msa_line_parts() -> dict[str, dict[int, str]]:
     """Module file name -> (line number -> part) for the MSA mma scorer's own module and
     the kernel modules it calls (parsed once)."""
-    from fast.kernels import column_order, msa_scorer_mma
+    from fast.kernels import column_order
+    from fast.msa.kernels import scorer_mma
 
-    text, functions = _module_functions(msa_scorer_mma)
+    text, functions = _module_functions(scorer_mma)
     own: dict[int, str] = {}
     for name, lines in functions:
         if name != "msa_score_kernel_mma":
@@ -202,7 +203,7 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
                 own[i] = "mask"
     _, order = _module_functions(column_order)
     return {
-        "kernels/msa_scorer_mma.py": own,
+        "msa/kernels/scorer_mma.py": own,
         "kernels/page_maxima.py": _maxima_line_parts(),
         "kernels/column_order.py": {
             i: "convert" if name == "logical_columns" else "setup" for name, lines in order for i in lines
@@ -220,7 +221,7 @@ def msa_source_parts(sass: str, alu: bool = False) -> collections.Counter:
         module = next((name for name in by_file if path.endswith(name)), None)
         if module is not None:
             return by_file[module].get(number, "other")
-        if path.endswith(("kernels/block_ring.py", "kernels/page_ring.py")):
+        if path.endswith(("msa/kernels/block_ring.py", "kernels/page_ring.py")):
             return "ring"
         # Triton's library (a reduction's combine) and the per-row rules (kernels/rules.py)
         # are inlined where the kernel's line calls them: that line's part

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from fast.cp import CPLayer, CPPlan, IndexerDecodeCP
-from fast.msa_cp import MsaDecodeCP
-from fast.msa_stock import MsaStockDecode
+from fast.msa.cp import MsaDecodeCP
+from fast.msa.stock import MsaStockDecode
 from fast.stock import StockDecode, StockPlan
 
 

@@ -16,9 +16,9 @@ from .build import build_cp_decode  # noqa: E402
 from .cp import IndexerDecodeCP  # noqa: E402
 from .errors import BadBlockIdError, BadLengthError, DecodeInputError, PeerTimeoutError  # noqa: E402
 from .graphs import GraphedDecode  # noqa: E402
-from .msa_cp import MsaDecodeCP  # noqa: E402
-from .msa_scorer import score_blocks  # noqa: E402
-from .msa_stock import MsaStockDecode, msa_stock_decode  # noqa: E402
+from .msa.cp import MsaDecodeCP  # noqa: E402
+from .msa.scorer import score_blocks  # noqa: E402
+from .msa.stock import MsaStockDecode, msa_stock_decode  # noqa: E402
 from .scorer import score_pages  # noqa: E402
 from .stock import StockDecode  # noqa: E402
 from .symm import ShmSymmetric, SingleRankSymmetric, open_cuda_symmetric  # noqa: E402

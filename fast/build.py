@@ -10,8 +10,8 @@ from indexer_constants import SLOTS, SUPPORTED_CP, SUPPORTED_HEADS
 
 from . import checks
 from .cp import IndexerDecodeCP
-from .msa_cp import MsaDecodeCP
-from .msa_scorer import KEY_FORMATS
+from .msa.cp import MsaDecodeCP
+from .msa.scorer import KEY_FORMATS
 from .symm import Symmetric
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ codes decoded straight into the MMA's register operand) and the table kernel eve
 code) pair). Both multiply 16-bit operands into fp32 accumulators — Hopper's FP8 MMA does
 not accumulate in fp32 — with the page's tokens on M and the query rows scored on N.
 The wgmma kernel's launch policy is here too (``mma_rows``, ``pages_per_program``, ...),
-as the MSA kernel's is in ``msa_scorer.py``: the kernel modules hold kernels.
+as the MSA kernel's is in ``msa/scorer.py``: the kernel modules hold kernels.
 """
 
 from __future__ import annotations

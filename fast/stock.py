@@ -25,7 +25,7 @@ def stock_row_stride(width: int) -> int:
     """Floats between the rows of a stock score buffer of ``width`` columns: ``width``
     rounded up to a multiple of 16. Why: the launcher then passes a stride divisible by 16,
     so every row starts 64-byte aligned, and a select that reads a whole row (the MSA one,
-    ``kernels.msa_select``) loads it 16 bytes at a time up to the next multiple of 16
+    ``msa.kernels.select``) loads it 16 bytes at a time up to the next multiple of 16
     columns; at any other stride Triton can prove no alignment and loads a column a thread.
     The columns past ``width`` are never written and no select ranks them."""
     return -(-width // 16) * 16
@@ -213,10 +213,7 @@ class StockDecode:
             QLEN=query_len,
             WIDTH=columns * split,
             SPLIT=split,
-            CHUNK=shape.chunk,
-            SUPERS=shape.supers,
-            PER_SUPER=shape.per_super,
-            GROUP=shape.group,
+            **shape.constexprs(),
             EMULATE_FMA=self.device.type != "cuda",
             SORT=self.device.type == "cuda",
             **pdl_options(self.pdl),

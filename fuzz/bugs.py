@@ -458,7 +458,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     # The BF16 / FP8 format (docs/DESIGN.md §10): its scorer, its guards and its select.
     Bug(
         "msa scorer skips the query's own block",
-        "fast/kernels/msa_scorer.py",
+        "fast/msa/kernels/scorer_dot.py",
         "    computed = tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)\n",
         "    computed = tl.minimum(tl.maximum(length, 0) // _PAGE, num_pages)\n",
         MSA_TESTS,
@@ -466,7 +466,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "msa scorer scores unwritten query rows",
-        "fast/kernels/msa_scorer.py",
+        "fast/msa/kernels/scorer_dot.py",
         '            score = tl.where(ok & ~unwritten, score, float("nan"))\n',
         '            score = tl.where(ok, score, float("nan"))\n',
         MSA_TESTS,
@@ -474,7 +474,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "msa guards judge the ids before the own block only",
-        "fast/kernels/msa_select.py",
+        "fast/msa/kernels/select.py",
         "    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) + _PAGE - 1) // _PAGE, P), 0)\n",
         "    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) - 1) // _PAGE, P), 0)\n",
         MSA_TESTS,
@@ -482,7 +482,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "msa select keeps one candidate too many",
-        "fast/kernels/msa_select.py",
+        "fast/msa/kernels/select.py",
         "    m = _TOPK - init - local\n",
         "    m = _TOPK - init - local + 1\n",
         MSA_TESTS,
@@ -490,7 +490,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "msa select takes every column tied at its threshold",
-        "fast/select/ascending.py",
+        "fast/msa/kernels/ascending.py",
         "    chosen = (above > 0) | ((tied > 0) & (tied_before < room))\n",
         "    chosen = (above > 0) | (tied > 0)\n",
         ("tests/test_select_ascending.py", *MSA_TESTS),
@@ -507,7 +507,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     # Its CP path: the plan and the push (the exchange's flag and the merge are fuzz/mutants.py's).
     Bug(
         "msa plan counts the rank's read columns one short",
-        "fast/kernels/msa_cp.py",
+        "fast/msa/kernels/cp.py",
         "    tl.store(n_local_ptr + b, _columns_below(reads, CP, RANK))\n",
         "    tl.store(n_local_ptr + b, _columns_below(tl.maximum(reads - 1, 0), CP, RANK))\n",
         MSA_CP_TESTS + MSA_RANK_TESTS,
@@ -515,7 +515,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
     ),
     Bug(
         "msa push ranks the rank's columns as if it were rank 0",
-        "fast/kernels/msa_cp.py",
+        "fast/msa/kernels/cp.py",
         "    lo = _columns_below(init, CP, RANK)\n    hi = tl.minimum(_columns_below(n - local, CP, RANK), n_local)\n",
         "    lo = _columns_below(init, CP, 0)\n    hi = tl.minimum(_columns_below(n - local, CP, 0), n_local)\n",
         MSA_RANK_TESTS,

@@ -118,9 +118,9 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     exchange that never ends is a failure here, not a hang) equals the stock decode on every
     input (the same scorer, hence the same scores: random bf16 queries hold 0xFF bytes too)
     and leaves its buffers re-armed."""
-    from fast.msa_cp import MsaDecodeCP
-    from fast.msa_scorer import KERNELS, run_block_scorer
-    from fast.msa_stock import MsaStockDecode
+    from fast.msa.cp import MsaDecodeCP
+    from fast.msa.scorer import KERNELS, run_block_scorer
+    from fast.msa.stock import MsaStockDecode
     from fast.symm import SingleRankSymmetric
     from reference import msa
     from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT

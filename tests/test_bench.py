@@ -554,7 +554,7 @@ def test_msa_sections_run_check_and_print(capsys):
     # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
     # the dot kernel's (cold), then on a GPU the ring's probe for each shape the mma kernel
     # scores
-    from fast.msa_scorer import KEY_FORMATS, gpu_kernel
+    from fast.msa.scorer import KEY_FORMATS, gpu_kernel
     from fast.scorer import mma_rows
 
     want = []
@@ -583,7 +583,7 @@ def test_msa_sections_run_check_and_print(capsys):
     assert bench_msa.check_msa(dev)
     feeds = bench_msa.msa_feed_section(dev, 100.0, gen, grid=(2, 256), timer=once, flush_bytes=1 << 16)
     if dev.type == "cuda":  # every shape the mma kernel scores, each feed timed (2 µs: equal fractions)
-        from fast.msa_scorer import KEY_FORMATS, gpu_kernel
+        from fast.msa.scorer import KEY_FORMATS, gpu_kernel
         from fast.scorer import mma_rows
 
         mma_shapes = [

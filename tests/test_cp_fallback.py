@@ -8,7 +8,7 @@ import torch
 
 from fast.build import build_cp_decode
 from fast.cp import IndexerDecodeCP
-from fast.msa_cp import MsaDecodeCP
+from fast.msa.cp import MsaDecodeCP
 from fast.symm import SingleRankSymmetric, p2p_problem
 from reference.cases import make_case, seq_len_for
 from support import DEV

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fast.errors import BadBlockIdError, BadLengthError
-from fast.kernels.msa_cp import msa_compact_table_kernel
-from fast.msa_cp import MsaDecodeCP
+from fast.msa.cp import MsaDecodeCP
+from fast.msa.kernels.cp import msa_compact_table_kernel
 from fast.select.policy import force_select
 from fast.symm import SingleRankSymmetric
 from fuzz.strategies import msa_configs

@@ -11,8 +11,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from fast.errors import new_record
-from fast.kernels import block_ring, page_ring
-from fast.msa_scorer import run_block_scorer
+from fast.kernels import page_ring
+from fast.msa.kernels import block_ring
+from fast.msa.scorer import run_block_scorer
 from indexer_constants import SLOTS
 from reference import msa
 from reference.cases import seq_len_for
@@ -168,7 +169,7 @@ def test_the_rings_feed_fits_its_shared_memory():
     bulk ring fits the static shared memory beside the kernel's dynamic buffers (a larger
     one fails at launch), and the cp.async ring is what is left where none fits; both
     formats go bulk at every N up to 32 (the bench's shapes; BF16 on two 16 KB slots)."""
-    from fast.msa_scorer import dynamic_bytes, max_stages, ring_feed
+    from fast.msa.scorer import dynamic_bytes, max_stages, ring_feed
     from fast.scorer import long_row_pages
 
     for dtype in DTYPES.values():

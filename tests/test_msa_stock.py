@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fast.errors import BadBlockIdError, BadLengthError
-from fast.msa_stock import MsaStockDecode, msa_stock_decode
+from fast.msa.stock import MsaStockDecode, msa_stock_decode
 from fast.select.policy import SelectShape, force_select
 from fuzz.strategies import msa_configs
 from indexer_constants import PAGE, SLOTS

@@ -383,8 +383,9 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     import torch
 
     from bench.sass_listing import instruction_mix
-    from fast.kernels import block_ring, page_ring
-    from fast.msa_scorer import KEY_FORMATS, dynamic_bytes, mma_constants
+    from fast.kernels import page_ring
+    from fast.msa.kernels import block_ring
+    from fast.msa.scorer import KEY_FORMATS, dynamic_bytes, mma_constants
     from fast.scorer import long_row_pages, mma_rows
 
     rows = mma_rows((8 - first_slot) * hs)

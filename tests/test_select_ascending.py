@@ -1,4 +1,4 @@
-"""The MSA stock select's one-chunk path (``fast.select.ascending``): the exact best m of a
+"""The MSA stock select's one-chunk path (``fast.msa.kernels.ascending``): the exact best m of a
 row as a set with places in column order, against the reference's exact keys."""
 
 import pytest
@@ -8,7 +8,7 @@ import triton.language as tl
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from fast.select.ascending import best_in_column_order
+from fast.msa.kernels.ascending import best_in_column_order
 from reference.selection import exact_keys
 from support import DEV, on
 

@@ -1,2 +1,2 @@
 """The jit kernels of the runtime (Triton and Gluon); their host-side launch policy lives
-beside the decodes (``fast.scorer``, ``fast.msa_scorer``, ``fast.select.policy``)."""
+beside the decodes (``fast.scorer``, ``fast.msa.scorer``, ``fast.select.policy``)."""

@@ -1,5 +1,5 @@
 """The order of the dot product's 128 columns in the Gluon scorers (``scorer_wgmma.py``,
-``msa_scorer_mma.py``), and the load of a query tile's rows in that order.
+``msa/kernels/scorer_mma.py``), and the load of a query tile's rows in that order.
 
 Why: a sum over the head dimension may be taken in any order if q is permuted alike. Both
 scorers give logical column k = 16 kb + 8 h + 2 tig + e (the MMA A fragment's: lane (gid,

@@ -1,4 +1,4 @@
-"""The page maxima of the Gluon scorers (``scorer_wgmma.py``, ``msa_scorer_mma.py``): each
+"""The page maxima of the Gluon scorers (``scorer_wgmma.py``, ``msa/kernels/scorer_mma.py``): each
 thread keeps the maximum of its own tokens for every row of every page in shared memory, and
 one barrier and one reduction per program turn them into the program's columns.
 

@@ -75,7 +75,7 @@ def ring_bytes(ring: int, tables: int = 0) -> int:
 def fits_shared(static_bytes: int, dynamic_bytes: int) -> bool:
     """Whether a kernel's static arrays (``static_bytes`` beside the cubin's own 1 KB) and
     its dynamic buffers fit SHARED_LIMIT — Triton opts in to more by the dynamic size alone,
-    so a larger total fails at launch ("invalid argument"). Also ``block_ring.py``'s."""
+    so a larger total fails at launch ("invalid argument"). Also ``msa/kernels/block_ring.py``'s."""
     return BASE_STATIC + static_bytes + dynamic_bytes <= SHARED_LIMIT
 
 
@@ -121,7 +121,7 @@ def _declare_asm(ring: int, tables: int) -> str:
 def init_asm(bars: str, slots) -> str:
     """PTX lines, under predicate p: the mbarriers at ``bars + 8 s`` for each of ``slots``
     initialised with a count of 1 (the issuing thread's arrive), made visible to the copy
-    engine. Also ``block_ring.py``'s."""
+    engine. Also ``msa/kernels/block_ring.py``'s."""
     inits = "".join(f"@p mbarrier.init.shared::cta.b64 [{bars}+{8 * s}], 1;\n" for s in slots)
     return inits + "fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n"
 
@@ -130,7 +130,7 @@ def init_asm(bars: str, slots) -> str:
 def bulk_copy_asm(dst: str, bar: str, nbytes: int) -> str:
     """PTX lines, under predicate p: mbarrier ``bar`` expects ``nbytes`` more, and the bulk
     copy of ``nbytes`` from the global address in register g lands at ``dst`` (both
-    ``[symbol+offset]``), completing on ``bar``. Also ``block_ring.py``'s."""
+    ``[symbol+offset]``), completing on ``bar``. Also ``msa/kernels/block_ring.py``'s."""
     return (
         f"@p mbarrier.arrive.expect_tx.shared::cta.b64 _, {bar}, {nbytes};\n"
         f"@p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes {dst}, [g], {nbytes}, {bar};\n"
@@ -157,7 +157,7 @@ def _wait_asm(slot: int, phase: int) -> str:
 def wait_asm(bar: str, phase: int) -> str:
     """Where $1 != 0 (a live page): poll mbarrier ``bar`` (``[symbol+offset]``) for phase
     ``phase``, at most POLLS times; $0 = 1 if the phase never completed (the caller
-    reports it), else 0. Also ``block_ring.py``'s.
+    reports it), else 0. Also ``msa/kernels/block_ring.py``'s.
     The loop is one basic block — the count's step and test predicated on the failed
     poll — so ptxas keeps it as it keeps a bare ``try_wait`` loop: a poll and a branch not
     taken on the way through. A slow path of its own (a timer's test, the report's atomic)

@@ -1,7 +1,7 @@
 """The top-16 select's jit code, every level of it: keys from scores, one select over a
 chunk, three levels over a long row, a row split over programs (each slice's best, then one
 merge), the two-level select on one warp, and ``row_top16``, the one path the stock selects
-and the CP pushes take (but the MSA stock select's rows of one chunk: ``ascending.py``).
+and the CP pushes take (but the MSA stock select's rows of one chunk: ``fast.msa.kernels.ascending``).
 Shapes come from ``fast.select.policy``.
 
 Every function runs on a GPU and under the interpreter (but ``warp_groups_top16``: inline

@@ -63,6 +63,11 @@ class SelectShape:
         group = min(group, rest)
         return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)
 
+    def constexprs(self, group: int | None = None) -> dict:
+        """The shape as a select kernel's launch takes it (CHUNK, SUPERS, PER_SUPER, GROUP);
+        group: the last level's, where the launch narrows it (``push_group``)."""
+        return dict(CHUNK=self.chunk, SUPERS=self.supers, PER_SUPER=self.per_super, GROUP=group or self.group)
+
 
 def check_split(split) -> None:
     """Raise ValueError unless split is None (the policy) or a power of two up to MAX_SPLIT."""

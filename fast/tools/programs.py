@@ -10,9 +10,9 @@ import torch
 from ..build import build_cp_decode
 from ..cp import IndexerDecodeCP
 from ..layout import HeadLayout
-from ..msa_cp import MsaDecodeCP
-from ..msa_scorer import KEY_FORMATS
-from ..msa_stock import MsaStockDecode
+from ..msa.cp import MsaDecodeCP
+from ..msa.scorer import KEY_FORMATS
+from ..msa.stock import MsaStockDecode
 from ..select.policy import force_select
 from ..stock import StockDecode
 

@@ -14,11 +14,11 @@ import triton.language as tl
 
 from indexer_constants import PAGE, SLOTS, TOPK
 
-from ..select.ascending import best_in_column_order
-from ..select.levels import KEY_EXACT, keys_to_pages, row_top16
-from .device import pdl_release, pdl_wait
-from .guards import record_input, request_verdict, row_id_bounds
-from .rules import is_short_row, own_page, short_row
+from ...kernels.device import pdl_release, pdl_wait
+from ...kernels.guards import record_input, request_verdict, row_id_bounds
+from ...kernels.rules import is_short_row, own_page, short_row
+from ...select.levels import KEY_EXACT, keys_to_pages, row_top16
+from .ascending import best_in_column_order
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)

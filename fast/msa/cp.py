@@ -9,13 +9,13 @@ import triton
 
 from indexer_constants import HEAD_DIM, SLOTS
 
-from . import checks
-from .backend import pdl_options
-from .cp import CPLayer, CPPlan, IndexerDecodeCP
-from .kernels.msa_cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
-from .msa_scorer import KEY_FORMATS, score_blocks
-from .select.policy import push_warps
-from .symm import Symmetric
+from .. import checks
+from ..backend import pdl_options
+from ..cp import CPLayer, CPPlan, IndexerDecodeCP
+from ..select.policy import push_warps
+from ..symm import Symmetric
+from .kernels.cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
+from .scorer import KEY_FORMATS, score_blocks
 
 
 class MsaDecodeCP(IndexerDecodeCP):
@@ -134,10 +134,7 @@ class MsaDecodeCP(IndexerDecodeCP):
             QLEN=query_len,
             SPLIT=split,
             SLICE=columns,
-            CHUNK=s.chunk,
-            SUPERS=s.supers,
-            PER_SUPER=s.per_super,
-            GROUP=s.group,
+            **s.constexprs(),
             SORT=self.device.type == "cuda",
             num_warps=push_plan[0],
             **pdl_options(self.pdl),

@@ -8,11 +8,11 @@ import torch
 
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
-from . import checks
-from .backend import pdl_options
-from .kernels.msa_select import msa_bounds_kernel, msa_stock_select_kernel
-from .msa_scorer import KEY_FORMATS, score_blocks
-from .stock import StockDecode, StockPlan
+from .. import checks
+from ..backend import pdl_options
+from ..stock import StockDecode, StockPlan
+from .kernels.select import msa_bounds_kernel, msa_stock_select_kernel
+from .scorer import KEY_FORMATS, score_blocks
 
 
 class MsaStockDecode(StockDecode):
@@ -100,10 +100,7 @@ class MsaStockDecode(StockDecode):
             QLEN=query_len,
             SLICE=columns,
             SPLIT=split,
-            CHUNK=shape.chunk,
-            SUPERS=shape.supers,
-            PER_SUPER=shape.per_super,
-            GROUP=shape.group,
+            **shape.constexprs(),
             EMULATE_FMA=self.device.type != "cuda",
             SORT=self.device.type == "cuda",
             **pdl_options(self.pdl),

@@ -1,5 +1,5 @@
 """Tensor maps (``CUtensorMap``) of MSA key caches for the mma scorer's tensor copies
-(``kernels/block_ring.py``): the cache ``[N, 128, 128]`` seen as ``N * 128`` rows of 128
+(``msa/kernels/block_ring.py``): the cache ``[N, 128, 128]`` seen as ``N * 128`` rows of 128
 elements, a box of 64 rows by 128 bytes, the 128-byte swizzle. The map is the driver's
 (``cuTensorMapEncodeTiled``, through ctypes: torch exposes none, and Triton's own builder
 is internal to its launcher).

@@ -1,8 +1,8 @@
 """A ring of 64-token half-blocks in shared memory for the MSA mma scorer
-(``msa_scorer_mma.py``), each half-block (8 KB of E4M3, 16 KB of BF16) moved by the copy
+(``msa/kernels/scorer_mma.py``), each half-block (8 KB of E4M3, 16 KB of BF16) moved by the copy
 engine on one thread's instruction, completing on the slot's mbarrier; every thread then
 reads its own 16-byte runs of the slot back. Two ways in:
-- ``issue_tensor``: tensor copies through the cache's tensor map (``fast.tensor_map``),
+- ``issue_tensor``: tensor copies through the cache's tensor map (``fast.msa.tensor_map``),
   boxes of 64 rows x 128 bytes (E4M3 one, BF16 two), each row's 16-byte runs swizzled by
   the row (run j of row t at j ^ (t % 8): the 128-byte swizzle);
 - ``issue``: one 1D bulk copy (``cp.async.bulk``) of the half-block as it lies — where the
@@ -45,7 +45,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.runtime.jit import constexpr_function
 
-from .page_ring import bulk_copy_asm, fits_shared, init_asm, thread_ids, wait_asm
+from ...kernels.page_ring import bulk_copy_asm, fits_shared, init_asm, thread_ids, wait_asm
 
 MAX_STAGES = 8  # the deepest ring a kernel may ask for (score_blocks' stages: 2 .. 8)
 BOX_ROWS = 64  # a tensor copy's box: a half-block's tokens ...
@@ -152,7 +152,7 @@ def _fold_asm(slot, element_bytes):
 @constexpr_function
 def runs_layout(element_bytes):
     """A half-block's 16-byte runs [64 tokens, 8 (E4M3) or 16 (BF16) a token], each thread
-    holding those the scorer's read-back gives it (``msa_scorer_mma``'s raw layout: lane
+    holding those the scorer's read-back gives it (``scorer_mma``'s raw layout: lane
     (gid, tig) of warp w reads 32 elements of tokens 16 w + gid and 16 w + gid + 8, from
     element 32 tig): 2 runs of a token for E4M3, 4 for BF16."""
     per = 2 * element_bytes  # runs of a thread's 32 elements

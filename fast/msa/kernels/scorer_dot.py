@@ -15,9 +15,9 @@ import triton.language as tl
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from .device import pdl_wait
-from .guards import BAD_BLOCK, record_input
-from .rules import query_position
+from ...kernels.device import pdl_wait
+from ...kernels.guards import BAD_BLOCK, record_input
+from ...kernels.rules import query_position
 
 _PAGE = tl.constexpr(PAGE)
 _DIM = tl.constexpr(HEAD_DIM)

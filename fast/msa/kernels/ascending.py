@@ -14,7 +14,7 @@ network; the set and each chosen column's place then follow from one running cou
 import triton
 import triton.language as tl
 
-from .levels import TOPK, ordered_bits
+from ...select.levels import TOPK, ordered_bits
 
 
 @triton.jit

@@ -1,8 +1,8 @@
 """``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device.
 
-Two kernels honor the one contract: the mma kernel (``kernels/msa_scorer_mma.py``: the keys
+Two kernels honor the one contract: the mma kernel (``msa/kernels/scorer_mma.py``: the keys
 through a shared-memory ring, each thread's fragment widened in registers; the GPUs' by
-default, but for BF16 keys at N 64) and the ``tl.dot`` kernel (``kernels/msa_scorer.py``:
+default, but for BF16 keys at N 64) and the ``tl.dot`` kernel (``msa/kernels/scorer_dot.py``:
 the interpreter's, and the GPUs' for BF16 keys at N 64). ``gpu_kernel`` says which a GPU
 runs.
 """
@@ -16,14 +16,16 @@ import triton
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from . import checks, tensor_map
-from .backend import pdl_options, sm_count
-from .checks import check_int, score_shapes
-from .kernels import block_ring, page_maxima
-from .kernels.msa_scorer import msa_score_kernel
-from .kernels.msa_scorer_mma import msa_score_kernel_mma
-from .kernels.page_maxima import partial_maxima
-from .scorer import first_set, mma_rows, no_record, pages_per_program
+from .. import checks
+from ..backend import pdl_options, sm_count
+from ..checks import check_int, score_shapes
+from ..kernels import page_maxima
+from ..kernels.page_maxima import partial_maxima
+from ..scorer import first_set, mma_rows, no_record, pages_per_program
+from . import tensor_map
+from .kernels import block_ring
+from .kernels.scorer_dot import msa_score_kernel
+from .kernels.scorer_mma import msa_score_kernel_mma
 
 # The key formats of the MSA decode and their element type (queries and keys alike).
 KEY_FORMATS = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn}
@@ -47,7 +49,7 @@ def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight as
-# a program waits (two in a ring of two: ``msa_scorer_mma._refill``; measured choices:
+# a program waits (two in a ring of two: ``scorer_mma._refill``; measured choices:
 # bench/PERF.md). It is filled by bulk copies where it fits the static shared memory
 # beside the kernel's own buffers (``max_stages``), else by every thread's cp.async copies
 # in dynamic memory (``ring_feed``). From N 32 the E4M3 bulk ring

@@ -1,14 +1,14 @@
 """The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: 64-token
-half-blocks reach a shared-memory ring by tensor copies (``block_ring.py``: one thread, the
+half-blocks reach a shared-memory ring by tensor copies (``msa/kernels/block_ring.py``: one thread, the
 cache's tensor map, the 128-byte swizzle), each thread reads back the key bytes of its own
 MMA fragment and widens them in registers (Gluon); the block maxima stay per thread until
 the program's end. Without a map (a CUDA graph captured before the cache's first call:
 ``tensor_map.cached``) the same ring is filled by 1D bulk copies of the half-blocks as
-they lie. Where that ring does not fit the static shared memory (``msa_scorer.ring_feed``),
+they lie. Where that ring does not fit the static shared memory (``fast.msa.scorer.ring_feed``),
 each thread copies its own bytes into a dynamic ring by 16-byte ``cp.async`` copies
 instead (BULK off).
 
-Why: the ``tl.dot`` scorer (``msa_scorer.py``, the interpreter's) hands the compiler a
+Why: the ``tl.dot`` scorer (``scorer_dot.py``, the interpreter's) hands the compiler a
 converted [128, 128] tile that it stages through shared memory, and reduces each block's
 maximum across warps; for E4M3 that costs a third or more of the read ceiling. Loading the
 fragments straight into registers instead (one block ahead) leaves the loads' timing to
@@ -42,11 +42,12 @@ from triton.runtime.jit import constexpr_function
 
 from indexer_constants import HEAD_DIM, PAGE
 
-from . import block_ring, page_ring
-from .column_order import load_q_rows, logical_columns, store_q_tile
-from .guards import BAD_BLOCK, ERR_INPUT
-from .page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
-from .rules import query_position
+from ...kernels import page_ring
+from ...kernels.column_order import load_q_rows, logical_columns, store_q_tile
+from ...kernels.guards import BAD_BLOCK, ERR_INPUT
+from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
+from ...kernels.rules import query_position
+from . import block_ring
 
 _PAGE = gl.constexpr(PAGE)
 _DIM = gl.constexpr(HEAD_DIM)
@@ -68,7 +69,7 @@ _RAW_LAYOUT = gl.constexpr(
 )
 
 
-# _is_nan and _operand are msa_scorer.py's is_nan_element and to_operand (less the
+# _is_nan and _operand are scorer_dot.py's is_nan_element and to_operand (less the
 # interpreter's branch) again: a Gluon kernel cannot call triton.jit helpers.
 @gluon.jit
 def _is_nan(raw, IS_FP8: gl.constexpr):
@@ -177,7 +178,7 @@ def _refill(
 @gluon.jit
 def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
     """LOADS_ONLY: take the dynamic shared memory the scoring path's q tile and maxima
-    take (``msa_scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
+    take (``fast.msa.scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
     lets share), so that the probe shares an SM with as many programs as the scorer's
     shared memory allows (the scorer's own count but where its registers bound it lower).
     Returns 0, read back from every buffer: unread, the compiler drops them."""
@@ -229,7 +230,7 @@ def msa_score_kernel_mma(
     SLOT0: gl.constexpr,  # the first slot scored: rows of earlier slots are left alone
     ROWS: gl.constexpr,  # the MMA's N: 8 (mma.sync), else a power of two >= 16 (wgmma)
     PPP: gl.constexpr,  # columns (blocks) per program
-    PARTS: gl.constexpr,  # partial maxima per block and row (msa_scorer.mma_partials)
+    PARTS: gl.constexpr,  # partial maxima per block and row (fast.msa.scorer.mma_partials)
     IS_FP8: gl.constexpr,
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     PDL: gl.constexpr,

@@ -16,12 +16,12 @@ import triton.language as tl
 
 from indexer_constants import SLOTS, TOPK
 
-from ..select.levels import KEY_EXACT, row_top16
-from .cp import _push
-from .device import pdl_release, pdl_wait, peer_ptr
-from .guards import BOUND_WORDS, request_verdict, row_id_bounds
-from .msa_select import msa_output, msa_read_columns
-from .rules import is_long_request, is_short_row, own_page
+from ...kernels.cp import _push
+from ...kernels.device import pdl_release, pdl_wait, peer_ptr
+from ...kernels.guards import BOUND_WORDS, request_verdict, row_id_bounds
+from ...kernels.rules import is_long_request, is_short_row, own_page
+from ...select.levels import KEY_EXACT, row_top16
+from .select import msa_output, msa_read_columns
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
