@@ -29,7 +29,14 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource, GluonJITFunction
 
-from fast.kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from fast.kernels.cp import (
+    MERGE_WARPS,
+    compact_table_kernel,
+    merge_kernel,
+    merged_output,
+    push_kernel,
+    q_exchange_kernel,
+)
 from fast.kernels.guards import table_bounds_kernel
 from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.scorer_wgmma import score_kernel_wgmma
@@ -292,7 +299,7 @@ def compile_kernels() -> list[str]:
                 cp | {"SORT": True, "WALL": False} | extra,
             )
             for name, extra in (
-                ("merge", {"WORDS": 32, "OUTPUT": None}),
+                ("merge", {"WORDS": 32, "OUTPUT": merged_output}),
                 ("msa merge bf16", {"WORDS": 64, "OUTPUT": msa_merged_output}),
             )
         ),

@@ -17,7 +17,7 @@ from . import checks
 from .backend import pdl_options, sm_count
 from .checks import MAX_REQS, check_int
 from .errors import new_record, raise_recorded
-from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, push_kernel, q_exchange_kernel
+from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, merged_output, push_kernel, q_exchange_kernel
 from .kernels.guards import BOUND_WORDS
 from .layout import HeadLayout, compact_width
 from .scorer import run_scorer
@@ -88,9 +88,9 @@ class IndexerDecodeCP:
 
     query_dtype = torch.float8_e4m3fn  # index_q's dtype (a subclass may set its own before __init__)
     tile_dtype = torch.uint8  # the q tile's as the scorer reads it (E4M3 bytes)
-    # The merge's output of a long row: None for §6's (its best 15, own page in slot 15), or a
-    # format's jit function (merge_kernel's OUTPUT), with its forced windows (none in §6's).
-    MERGE_OUTPUT = None
+    # The merge's output of a long row (merge_kernel's OUTPUT, a jit function): §6's, its best
+    # 15 and the own page in slot 15; a format sets its own, and its forced windows (§6: none).
+    MERGE_OUTPUT = merged_output
     init_blocks = local_blocks = 0
     # The plan's kernel: compact table, scorer lengths, real lengths, n_local and id bounds
     # (§6's; a format with other rules sets its own, of the same parameters).

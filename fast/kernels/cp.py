@@ -339,11 +339,14 @@ def _push_warp_top16(
 
 
 @triton.jit
-def merged_output(dst, best, own):
-    """§6's output of a merged long row, every head at once: dst int32 pointers [HR, 16],
-    best the heads' 16 best exact keys [HR, 16] (descending): their 15 best pages, then the
-    row's own page in slot 15."""
+def merged_output(out_ptr, t, best, own, init, local, HR: tl.constexpr):
+    """§6's output of a merged long row (``merge_kernel``'s ``OUTPUT`` for NVFP4 keys), every
+    head at once: from best, the heads' 16 best exact keys [HR, 16] (descending), their 15
+    best pages, then the row's own page in slot 15, into out int32 [rows, HR, 16] at row t
+    (§6 has no forced windows: init and local are unused)."""
     k = tl.arange(0, _TOPK)
+    hl = tl.arange(0, HR)
+    dst = out_ptr + (t * HR + hl[:, None]) * _TOPK + k[None, :]
     tl.store(dst, tl.where(k[None, :] == RANKED, own, keys_to_pages(best)))
 
 
@@ -373,7 +376,7 @@ def merge_kernel(
     WALL: tl.constexpr,  # the spin's clock: device.clock_ns
     PDL: tl.constexpr,
     WORDS: tl.constexpr = 32,  # int32 words of a head's query row in the tile (as the exchange's)
-    OUTPUT: tl.constexpr = None,  # the format's output of a merged row (None: merged_output, §6's)
+    OUTPUT: tl.constexpr = merged_output,  # the format's output of a merged row (a jit function)
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
     16 candidates of its heads is -1 (every head at once), write each head's output from
@@ -454,10 +457,7 @@ def merge_kernel(
             tl.store(dst, tl.full([HR, _TOPK], -1, tl.int32))
         else:
             best = select16_rows(keys, SORT)
-            if OUTPUT is None:
-                merged_output(dst, best, own)
-            else:
-                OUTPUT(out_ptr, t, best, own, init, local, HR)
+            OUTPUT(out_ptr, t, best, own, init, local, HR)
         tl.store(recv + off, tl.full([HR, CP * _TOPK], -1, tl.int64))
     if is_long_request(seq):  # only long requests were exchanged: the step used its buffer set
         if dead | is_short_row(own):
