@@ -37,6 +37,10 @@ for s in "$@"; do
     sanitizer-guards) stage sanitizer-guards 400 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_guards.py -p no:cacheprovider" ;;
     guards-ranks) stage guards-ranks 400 "python3 -m pytest -v -s -m multirank -k 'missing_peer or bad_device or waits_for_nothing' -p no:cacheprovider" ;;
     exchange) stage exchange 420 "python3 -m pytest -q -n 4 tests/test_cp_one_rank.py tests/test_guards.py -p no:cacheprovider && python3 -m pytest -v -s -m 'multirank and not slow' -k 'missing_peer or bad_device or waits_for_nothing or replicas or back_to_back or cp_equals_oracle or table_edge' -p no:cacheprovider" ;;
+    # the portable route (fast.route) forced on this sm_90 GPU: the single-GPU tests of the
+    # scorers and decodes, then the multi-rank tier's CP-against-oracle cases
+    portable) stage portable 560 "FAST_ROUTE=portable python3 -m pytest -q -n 8 tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py -p no:cacheprovider" ;;
+    portable-ranks) stage portable-ranks 400 "FAST_ROUTE=portable python3 -m pytest -q -m 'multirank and not slow' -k 'cp_equals_oracle or msa or table_edge or replicas' -p no:cacheprovider" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;
     fuzz-teeth) stage fuzz-teeth 540 "python3 -m pytest -rf -q -n 6 tests/test_fuzz.py -p no:cacheprovider" ;;  # GPU-only mutants run only here

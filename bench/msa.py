@@ -10,7 +10,7 @@ import math
 import torch
 
 from fast.msa.cp import MsaDecodeCP
-from fast.msa.scorer import KEY_FORMATS, gpu_kernel, run_block_scorer
+from fast.msa.scorer import KEY_FORMATS, hopper_kernel, run_block_scorer
 from fast.msa.stock import MsaStockDecode
 from fast.scorer import mma_rows
 from fast.symm import SingleRankSymmetric
@@ -60,9 +60,9 @@ def msa_scorer_section(
     """One row per (format, context, batch, shape): median µs of ``score_blocks`` over cold
     block sets (together more than ``flush_bytes``), read GB/s and the fraction of the
     ceiling; then, per format and shape, a ``hot`` row at ``hot_grid`` (batch, context;
-    ``variant``: the same call on HOT_BLOCKS blocks that L2 holds), a ``kernel=dot`` row
-    there (cold: the interpreter's ``tl.dot`` kernel beside the mma kernel a GPU picks,
-    ``gpu_kernel``: the bench's own evidence for that choice) and, on GPUs, a
+    ``variant``: the same call on HOT_BLOCKS blocks that L2 holds), a ``kernel=dot`` row at
+    every cold grid (the portable route's ``tl.dot`` kernel beside the one the Hopper route
+    picks, ``hopper_kernel``: the bench's own evidence for that choice) and, on GPUs, a
     ``loads_only`` row there for each shape the mma kernel scores (cold: its ring's copies,
     waits and read-back alone, ``score_blocks``' probe). A hot row far above its cold one
     says memory bounds the cold call; one near it, the kernel's own work; the loads-only row
@@ -72,7 +72,8 @@ def msa_scorer_section(
     for fmt in KEY_FORMATS:
         size = block_bytes(fmt)
         grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
-        grids += [(*hot_grid, {"kernel": "dot"})]
+        # the portable route's kernel (fast.route) at every cold grid
+        grids += [(batch, ctx, {"kernel": "dot"}) for ctx in contexts for batch in batches]
         grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
         need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
         blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
@@ -90,7 +91,7 @@ def msa_scorer_section(
             if launch.get("loads_only"):
                 launch["kernel"] = "mma"  # the probe is the mma kernel's
             for hs, slots in MSA_SHAPES:
-                if launch.get("loads_only") and gpu_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
+                if launch.get("loads_only") and hopper_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
                     continue
                 tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
                 out = torch.empty(batch, SLOTS * hs, pages, device=device)
@@ -121,7 +122,7 @@ def msa_feed_section(
     device, read_ceiling: float, gen, grid=FEED_GRID, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES
 ) -> list[dict]:
     """The mma scorer's two ways into its ring in one run, at ``grid`` (batch, context):
-    for each format and shape whose GPU kernel is the mma one (``gpu_kernel``), the
+    for each format and shape whose GPU kernel is the mma one (``hopper_kernel``), the
     fraction of the ceiling with tensor copies (the decode's feed) and with 1D bulk copies
     (a graph captured before a cache's first call), each the mean of FEED_ROUNDS rounds,
     interleaved. Empty off GPUs (the mma kernel is a GPU kernel)."""
@@ -137,7 +138,7 @@ def msa_feed_section(
         tables = disjoint_tables(batch, pages, sets, gen, device)
         lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
         for hs, slots in MSA_SHAPES:
-            if gpu_kernel(dtype, mma_rows(hs * slots)) != "mma":
+            if hopper_kernel(dtype, mma_rows(hs * slots)) != "mma":
                 continue
             tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(dtype).to(device)
             out = torch.empty(batch, SLOTS * hs, pages, device=device)

@@ -6,9 +6,10 @@ and over its main loop (wgmma: one page per trip) — the first look at a scorer
 device time. ``--parts``: the scorer's instructions by part against the read ceiling's
 budget (a page of the wgmma kernel, a half-block of the MSA one). ``--dump FILE`` writes
 the whole SASS. ``--kernels``: compile the decode's
-other Triton kernels instead (the top-16 selects in each split mode, the exchange, the
-merge, ...) — the interpreter runs Python, so a kernel it accepts can still fail Triton's
-compiler (a name bound only inside a runtime ``if``, say).
+other Triton kernels instead (the portable route's scorers, the top-16 selects in each split
+mode, the exchange, the merge, ...) — the interpreter runs Python, so a kernel it accepts can
+still fail Triton's compiler (a name bound only inside a runtime ``if``, say); with
+``--capability 80`` (86, 89, 100, 120) for that GPU, as the portable route launches them.
 
 This module compiles (and holds the command line); ``sass_listing.py`` reads a listing (the
 mix, the loop, load-to-use distances) and ``sass_parts.py`` splits it into the scorers'
@@ -39,6 +40,7 @@ from fast.kernels.cp import (
 )
 from fast.kernels.guards import table_bounds_kernel
 from fast.kernels.page_maxima import partial_maxima
+from fast.kernels.scorer_table import score_kernel_table
 from fast.kernels.scorer_wgmma import score_kernel_wgmma
 from fast.kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from fast.msa.kernels.cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
@@ -63,6 +65,9 @@ from .sass_parts import (
 )
 from .scorer_prmt import score_kernel_prmt
 from .variants import PRMT_PAGES, PRMT_TOKENS
+
+# The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
+CAPABILITIES = (80, 86, 89, 90, 100, 120)
 
 _SIGNATURE = {
     "q_ptr": "*u8",
@@ -176,7 +181,7 @@ def scorer_sass(
         # a bench variant without the guard's operands
         signature = {k: v for k, v in _SIGNATURE.items() if k not in ("err_ptr", "num_blocks")}
         src = _source(score_kernel_prmt, signature, constexprs)
-    kernel = _sm90(src, num_warps, options)
+    kernel = _compile_source(src, num_warps, options)
     # cuobjdump's SHARED is the static shared memory (the page ring's arrays among it);
     # Triton's metadata holds the dynamic size the launch asks for
     usage = f"{_resources(kernel.asm['cubin'])} DYNAMIC:{kernel.metadata.shared}"
@@ -233,9 +238,11 @@ def launch_defaults(fn, constexprs: dict) -> dict:
     return {p.name: p.default for p in fn.params if p.is_constexpr and p.has_default} | constexprs
 
 
-def _sm90(src, warps: int, options: dict | None = None):
-    """Compile source ``src`` (``_source``) for sm_90 on ``warps`` warps, here: no GPU needed."""
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps} | (options or {}))
+def _compile_source(src, warps: int, options: dict | None = None, capability: int = 90):
+    """Compile source ``src`` (``_source``) for sm_90 (or ``capability``) on ``warps`` warps,
+    here: no GPU needed."""
+    target = GPUTarget("cuda", capability, 32)
+    return triton.compile(src, target=target, options={"num_warps": warps} | (options or {}))
 
 
 def _source(fn, signature: dict, constexprs: dict, attrs: dict | None = None):
@@ -249,23 +256,25 @@ def _source(fn, signature: dict, constexprs: dict, attrs: dict | None = None):
     return kind(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
 
 
-def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tuple = ()):
-    """A Triton kernel compiled for sm_90 on ``warps`` warps: ``args`` its run-time
-    arguments ("name:type ..."), ``constexprs`` the rest. ``divisible``: integer arguments
-    taken as multiples of 16, every pointer then 16-byte aligned too — as the launcher
-    specializes them where they are (without it nothing is taken as aligned)."""
+def _compile_triton(fn, args: str, constexprs: dict, warps: int, divisible: tuple = (), capability: int = 90):
+    """A Triton kernel compiled for sm_90 (or ``capability``) on ``warps`` warps: ``args``
+    its run-time arguments ("name:type ..."), ``constexprs`` the rest. ``divisible``:
+    integer arguments taken as multiples of 16, every pointer then 16-byte aligned too — as
+    the launcher specializes them where they are (without it nothing is taken as aligned)."""
     signature = dict(a.split(":") for a in args.split())
     attrs = {}
     if divisible:
         attrs = _aligned(signature) | {
             (i,): [["tt.divisibility", 16]] for i, name in enumerate(signature) if name in divisible
         }
-    return _sm90(_source(fn, signature, constexprs, attrs), warps)
+    return _compile_source(_source(fn, signature, constexprs, attrs), warps, capability=capability)
 
 
-def compile_kernels() -> list[str]:
-    """Compile the decode's Triton kernels other than the scorers for sm_90, on the warps
-    they are launched with: the stock top-16 and the CP push at one and four programs per
+def compile_kernels(capability: int = 90) -> list[str]:
+    """Compile the decode's Triton kernels other than the Hopper route's scorers for sm_90
+    (or ``capability``: a portable route's GPU, PDL compiled in from sm_90 on as
+    ``fast.route`` allows it), on the warps they are launched with: the portable route's
+    scorers (the NVFP4 table scorer, the MSA dot scorer), the stock top-16 and the CP push at one and four programs per
     row (1024 columns: the three-level select unsplit at a chunk of 512, single selects of
     256 split, one select of the row at a chunk of 1024; the unsplit pushes also on the
     warps of a queued grid, ``push_warps``, where one warp of 1024 columns runs the warp
@@ -424,10 +433,22 @@ def compile_kernels() -> list[str]:
         kernels.append(
             (name, push_kernel, push_args, select | cp | {"R": 1, "SLICE": columns} | warp_asm_options(keys), 1)
         )
+    kernels.insert(
+        kernels.index(next(k for k in kernels if k[0] == "msa scorer fp8")),
+        (
+            "table scorer",
+            score_kernel_table,
+            "q_ptr:*u8 q_sel_ptr:*i64 q_set_stride:i64 k_ptr:*u8 bt_ptr:*i32 lens_ptr:*i32 out_ptr:*fp32 "
+            "lut_ptr:*fp16 err_ptr:*i32 num_blocks:i32 W:i32 stride_bt:i32 stride_ob:i32 stride_or:i32",
+            {"HS": 4, "SLOT0": 0, "ROWS": 32, "V": 1, "RECORD": True, "PDL": True},
+        ),
+    )
+    pdl = capability >= 90  # griddepcontrol: fast.route.PDL_FROM
     lines = []
     for name, fn, args, constexprs, *warps in kernels:
         warps = warps[0] if warps else MERGE_WARPS if fn is merge_kernel else 4  # as launched
-        kernel = _compile_triton(fn, args, constexprs, warps)
+        constexprs = constexprs | ({"PDL": pdl} if "PDL" in constexprs else {})
+        kernel = _compile_triton(fn, args, constexprs, warps, capability=capability)
         lines.append(f"{name}: {_resources(kernel.asm['cubin'])}")
     return lines
 
@@ -436,7 +457,7 @@ def kernel_loop_mix(fn, signature: dict, constexprs: dict, warps: int, mma: bool
     """``main_loop_mix`` of kernel ``fn`` (Gluon's or Triton's) compiled for sm_90 here on
     ``warps`` warps: ``signature`` its run-time arguments, ``constexprs`` the rest, no
     pointer taken as aligned. The rate tools' check that a timed loop is what it times."""
-    kernel = _sm90(_source(fn, signature, constexprs, attrs={}), warps)
+    kernel = _compile_source(_source(fn, signature, constexprs, attrs={}), warps)
     return main_loop_mix(disassemble(kernel.asm["cubin"]), mma)
 
 
@@ -485,13 +506,20 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--kernels", action="store_true", help="compile the decode's other Triton kernels instead")
     parser.add_argument(
+        "--capability",
+        type=int,
+        choices=CAPABILITIES,
+        default=90,
+        help="--kernels only: the GPU to compile for (80 = sm_80, ...; the portable route's where not 90)",
+    )
+    parser.add_argument(
         "--load-use",
         action="store_true",
         help="how many instructions ahead of its first use each global load is issued",
     )
     args = parser.parse_args(argv)
     if args.kernels:
-        print("\n".join(compile_kernels()))
+        print("\n".join(compile_kernels(args.capability)))
         return 0
     usage, sass = scorer_sass(
         args.kernel,

@@ -200,7 +200,8 @@ SCORER_VARIANTS = (
 
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
-    """The NVFP4 scorer's rows: every (context, batch, shape) cold, the variants at 8 x 128K,
+    """The NVFP4 scorer's rows: every (context, batch, shape) cold, by the Hopper route's
+    kernel and the portable route's (``variant`` {"route": "portable"}), the variants at 8 x 128K,
     Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K,
     and the no-decode probe at 8 x 1M too (where the grid has it); each row's µs, read GB/s
     and fraction of ``read_ceiling``."""
@@ -236,6 +237,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
     for ctx, batch, hs, q in progress(grid, "scorer"):
         measure(pool, ctx, batch, hs, q)
+        # the portable route's scorer (fast.route: every GPU but sm_90) beside it, same grid
+        measure(pool, ctx, batch, hs, q, dict(kernel="table"), label={"route": "portable"})
     for hs in (1, 4):
         for variant in SCORER_VARIANTS:
             measure(pool, 131072, 8, hs, SLOTS, variant)

@@ -20,6 +20,7 @@ from .errors import new_record, raise_recorded
 from .kernels.cp import MERGE_WARPS, compact_table_kernel, merge_kernel, merged_output, push_kernel, q_exchange_kernel
 from .kernels.guards import BOUND_WORDS
 from .layout import HeadLayout, compact_width
+from .route import device_route, log_route
 from .scorer import run_scorer
 from .select.policy import (
     MAX_CHUNK,
@@ -84,6 +85,11 @@ class IndexerDecodeCP:
 
     Rank r scores pages ``j * CP + r`` for all heads and owns heads
     ``[(r // R) * Hr, (r // R + 1) * Hr)`` (Hr = max(1, H / CP), R = max(1, CP / H)).
+
+    The device is ``symm``'s; its route (``fast.route``: which kernels, from the compute
+    capability; ValueError below sm_80) is ``self.route`` and logged at INFO on the "fast"
+    logger. pdl: launch the kernels as programmatic dependents where the device has PDL
+    (sm_90 and newer; elsewhere off). spin_timeout_s: the bound on every wait for a peer.
     """
 
     query_dtype = torch.float8_e4m3fn  # index_q's dtype (a subclass may set its own before __init__)
@@ -128,7 +134,9 @@ class IndexerDecodeCP:
         )
         self._timeout_ns = int(self.timeout_s * 1e9)
         self._wall = self.device.type != "cuda"  # the interpreter's spins read the host clock
-        self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
+        self.route = device_route(self.device)  # which kernels run here (raises below sm_80)
+        log_route(self, self.route)
+        self.pdl = pdl and self.route.pdl  # PDL where the device has it (sm_90 and newer)
         self._sms = sm_count(str(self.device)) if self.device.type == "cuda" else 0  # push_warps'
         self.width = 0  # compact width W, fixed by the first plan
         self.shape: SelectShape | None = None
@@ -278,8 +286,11 @@ class IndexerDecodeCP:
             q_sel=layer.current,
             q_set_stride=self._tile_words * 4,
             pdl=self.pdl,
-            prefetch=self.pdl,
-            release=self.pdl and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]),
+            # the wgmma kernel's PDL options (the Hopper route's scorer)
+            prefetch=self.pdl and self.route.hopper,
+            release=self.pdl
+            and self.route.hopper
+            and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]),
             first_slot=SLOTS - query_len,
         )
 

@@ -27,6 +27,7 @@ from .kernels.guards import ERR_WORDS
 from .kernels.page_maxima import dynamic_bytes, partial_maxima
 from .kernels.scorer_table import score_kernel_table
 from .kernels.scorer_wgmma import score_kernel_wgmma
+from .route import device_route
 from .tables import dequant_lut, scale_tables
 
 KERNELS = ("wgmma", "table")
@@ -182,16 +183,20 @@ def plan_scorer(
     before the PDL wait — only where the producer releases the scorer after its own wait,
     so that nothing earlier in the stream still writes them.
     release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
-    kernel: "wgmma" (the GPU default) or "table" (the interpreter's; on a GPU to compare).
+    kernel: "wgmma" (sm_90 only) or "table"; by default the device's route's
+    (``fast.route``: wgmma on the Hopper route, else table).
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     device = q_tile.device
     checks.scorer_operands(k_cache, lens, batch, device)
-    kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
+    route = device_route(device)
+    kernel = kernel or route.nvfp4_scorer
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
-    if kernel == "wgmma" and device.type != "cuda":
-        raise ValueError(f"kernel: 'wgmma' needs a GPU, not {device.type} (the table kernel runs anywhere)")
+    if kernel == "wgmma" and not route.sm90:
+        raise ValueError(f"kernel: 'wgmma' needs an sm_90 GPU, not {route.device} (the table kernel runs anywhere)")
+    if pdl and not route.pdl:
+        raise ValueError(f"pdl: {route.device} has no PDL (sm_90 and newer)")
     for name, on in (("prefetch", prefetch), ("release", release)):
         if on and not (pdl and kernel == "wgmma"):
             raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, kernel={kernel!r})")

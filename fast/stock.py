@@ -17,6 +17,7 @@ from .checks import MAX_REQS, check_int
 from .errors import new_record, raise_recorded
 from .kernels.guards import BOUND_WORDS, table_bounds_kernel
 from .kernels.stock import q_to_tile_kernel, stock_topk_kernel
+from .route import device_route, log_route
 from .scorer import run_scorer
 from .select.policy import SPLIT_PROGRAMS, SelectShape, plan_split, release_select
 
@@ -59,6 +60,11 @@ class StockDecode:
     step (no host sync; it fixes the score width at the first call), ``forward(layer, plan,
     ...)`` per layer, ``check()``. Buffers are per batch size, so forward is CUDA-graph safe
     between plans.
+
+    device: where it runs; its route (``fast.route``: which kernels, from the compute
+    capability; ValueError below sm_80) is ``self.route`` and logged at INFO on the "fast"
+    logger. pdl: launch the kernels as programmatic dependents where the device has PDL
+    (sm_90 and newer; elsewhere off).
     """
 
     # The top-16's programs per row (None: the policy on a GPU, 1 elsewhere; lowered to
@@ -71,7 +77,9 @@ class StockDecode:
         self.heads = self.local_heads = heads
         self.max_reqs = max_reqs
         self.device = resolve_device(checks.device_arg(device))
-        self.pdl = pdl and self.device.type == "cuda"  # the interpreter has no PDL
+        self.route = device_route(self.device)  # which kernels run here (raises below sm_80)
+        log_route(self, self.route)
+        self.pdl = pdl and self.route.pdl  # PDL where the device has it (sm_90 and newer)
         self.width = 0  # score columns, fixed by the first plan
         self.shape: SelectShape | None = None
         self._plans: dict[int, StockPlan] = {}
@@ -170,8 +178,11 @@ class StockDecode:
             plan.seq_lens,
             plan.scores[:, :, : plan.pages],
             pdl=self.pdl,
-            prefetch=self.pdl,
-            release=self.pdl and release_select(plan.batch * query_len * self.heads * split_plan[0]),
+            # the wgmma kernel's PDL options (the Hopper route's scorer)
+            prefetch=self.pdl and self.route.hopper,
+            release=self.pdl
+            and self.route.hopper
+            and release_select(plan.batch * query_len * self.heads * split_plan[0]),
             first_slot=SLOTS - query_len,
         )
 

@@ -148,7 +148,7 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "MSA scorer != reference on exact-arithmetic input"
         assert torch.equal(out.cpu(), msa.full_decode(*case.args(), **case.windows())), "MSA stock != full_decode"
-        # A GPU runs one of two kernels by dtype and N (``gpu_kernel``): there each is held
+        # A GPU runs one of two kernels by dtype and N (``hopper_kernel``): there each is held
         # to the reference on every example, not only on the shapes it is chosen for (a bug
         # in the one not chosen would otherwise hide from most examples). Elsewhere the dot
         # kernel is the only one, checked above.

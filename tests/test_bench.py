@@ -552,20 +552,20 @@ def test_msa_sections_run_check_and_print(capsys):
         dev, (256,), (2,), 100.0, gen, timer=once, flush_bytes=1 << 16, hot_grid=(1, 384)
     )
     # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
-    # the dot kernel's (cold), then on a GPU the ring's probe for each shape the mma kernel
-    # scores
-    from fast.msa.scorer import KEY_FORMATS, gpu_kernel
+    # the dot kernel's (cold: the portable route's, at every grid), then on a GPU the ring's
+    # probe for each shape the mma kernel scores
+    from fast.msa.scorer import KEY_FORMATS, hopper_kernel
     from fast.scorer import mma_rows
 
     want = []
     for f in ("bf16", "fp8"):
         want += [(f, 2, 256, hs, slots, None) for hs, slots in bench_msa.MSA_SHAPES]
         want += [(f, 1, 384, hs, slots, {"hot": True}) for hs, slots in bench_msa.MSA_SHAPES]
-        want += [(f, 1, 384, hs, slots, {"kernel": "dot"}) for hs, slots in bench_msa.MSA_SHAPES]
+        want += [(f, 2, 256, hs, slots, {"kernel": "dot"}) for hs, slots in bench_msa.MSA_SHAPES]
         want += [
             (f, 1, 384, hs, slots, {"loads_only": True})
             for hs, slots in bench_msa.MSA_SHAPES
-            if dev.type == "cuda" and gpu_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
+            if dev.type == "cuda" and hopper_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
         ]
     assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == want
     assert calls[4:8] == [1] * 4  # the hot rows: one call a shape
@@ -583,14 +583,14 @@ def test_msa_sections_run_check_and_print(capsys):
     assert bench_msa.check_msa(dev)
     feeds = bench_msa.msa_feed_section(dev, 100.0, gen, grid=(2, 256), timer=once, flush_bytes=1 << 16)
     if dev.type == "cuda":  # every shape the mma kernel scores, each feed timed (2 µs: equal fractions)
-        from fast.msa.scorer import KEY_FORMATS, gpu_kernel
+        from fast.msa.scorer import KEY_FORMATS, hopper_kernel
         from fast.scorer import mma_rows
 
         mma_shapes = [
             (f, hs, slots)
             for f in ("bf16", "fp8")
             for hs, slots in bench_msa.MSA_SHAPES
-            if gpu_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
+            if hopper_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
         ]
         assert [(r["format"], r["hs"], r["slots"]) for r in feeds] == mma_shapes
         assert all(r["tensor_copies"] == r["copies_1d"] > 0 for r in feeds)

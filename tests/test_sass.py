@@ -102,6 +102,7 @@ def test_decode_kernels_compile_for_sm90():
         "compact table",
         "q to tile",
         "q to tile bf16",
+        "table scorer",
         "msa scorer fp8",
         "msa scorer bf16",
         "msa stock select columns=2048 split=1",
@@ -114,6 +115,28 @@ def test_decode_kernels_compile_for_sm90():
         "push two-level warp select columns=2048",
         "push two-level warp select columns=4096",
     ]
+
+
+@pytest.mark.parametrize(
+    "capability",
+    [
+        80,
+        pytest.param(86, marks=pytest.mark.slow),
+        pytest.param(89, marks=pytest.mark.slow),
+        pytest.param(100, marks=pytest.mark.slow),
+        120,
+    ],
+)
+def test_portable_route_kernels_compile_for_every_other_gpu(capability):
+    """Every kernel the portable route launches (fast.route: the table and dot scorers, and
+    the rest, which every route shares) compiles for the GPUs it is defined for, as the
+    route launches them (PDL only from sm_90): sm_80 has no E4M3 conversion and no PDL, and
+    sm_120 is the newest. The tier runs the two ends; make test-slow the generations between."""
+    done = _compile_only("-m", "bench.sass", "--kernels", "--capability", str(capability))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 29 and all("REG:" in line for line in lines), done.stdout
+    assert {"table scorer", "msa scorer fp8", "msa scorer bf16"} <= {line.split(":")[0] for line in lines}
 
 
 def test_sass_tool_compiles_the_scorer_with_its_block_id_guard():

@@ -6,6 +6,7 @@ import triton.language as tl
 
 from indexer_constants import PAGE
 
+from .e4m3 import e4m3_to_f16
 from .rules import query_position
 
 _PAGE = tl.constexpr(PAGE)
@@ -23,11 +24,11 @@ def pages_scored(lens_ptr, b, W):
 def query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT0: tl.constexpr, ROWS: tl.constexpr):
     """(r, own, q): the tile's rows r = slot * HS + head from slot SLOT0 on (ROWS of them,
     past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
-    fp16 [ROWS, 128] (E4M3 -> fp16 is exact; padding rows 0)."""
+    fp16 [ROWS, 128] (E4M3 -> fp16 is exact, in integers: ``e4m3``; padding rows 0)."""
     r = SLOT0 * HS + tl.arange(0, ROWS)
     slot_len = query_position(length, r // HS)
     own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
     d = tl.arange(0, 128)
     tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
     qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
-    return r, own, qb.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    return r, own, e4m3_to_f16(qb)

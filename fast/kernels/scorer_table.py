@@ -56,17 +56,23 @@ def score_kernel_table(
         bad = live & ((page < 0) | (page >= num_blocks))
         live = live & ~bad
         base = k_ptr + tl.where(live, page, 0).to(tl.int64) * _PAGE_BYTES  # [V]
-        t = tl.arange(0, 128)
-        i = tl.arange(0, 64)
-        byte = t[:, None] * 64 + i[None, :]  # [128 tokens, 64 code bytes]
-        group = _CODE_BYTES + t[:, None] * 8 + i[None, :] // 8
-        codes = tl.load(base[:, None, None] + byte[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
-        scales = tl.load(base[:, None, None] + group[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
-        lo = tl.load(lut_ptr + scales * 16 + (codes & 15))
-        hi = tl.load(lut_ptr + scales * 16 + (codes >> 4))
-        k = tl.reshape(tl.join(lo, hi), [V, 128, 128])  # element 2i: low nibble, 2i + 1: high
-        dots = tl.dot(k, qt, out_dtype=tl.float32)  # [V, 128 tokens, ROWS]
-        best = tl.max(dots, axis=1) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
+        # the page in two halves of 64 tokens: half the registers live at a time (a whole
+        # page's dequantized tile spills on a GPU); the best of each half, then of both
+        best_half = tl.zeros([V, ROWS, 2], tl.float32)
+        for h in tl.static_range(2):
+            t = h * 64 + tl.arange(0, 64)
+            i = tl.arange(0, 64)
+            byte = t[:, None] * 64 + i[None, :]  # [64 tokens, 64 code bytes]
+            group = _CODE_BYTES + t[:, None] * 8 + i[None, :] // 8
+            codes = tl.load(base[:, None, None] + byte[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+            scales = tl.load(base[:, None, None] + group[None, :, :], mask=live[:, None, None], other=0).to(tl.int32)
+            lo = tl.load(lut_ptr + scales * 16 + (codes & 15))
+            hi = tl.load(lut_ptr + scales * 16 + (codes >> 4))
+            k = tl.reshape(tl.join(lo, hi), [V, 64, 128])  # element 2i: low nibble, 2i + 1: high
+            dots = tl.dot(k, qt, out_dtype=tl.float32)  # [V, 64 tokens, ROWS]
+            half = tl.max(dots, axis=1)  # [V, ROWS]
+            best_half = tl.where(tl.arange(0, 2) == h, half[:, :, None], best_half)
+        best = tl.max(best_half, axis=2) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
         best = tl.where(bad[:, None], float("nan"), best)
         if RECORD:
             column = tl.min(tl.where(bad, j, 2**31 - 1), axis=0)

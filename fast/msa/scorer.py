@@ -1,10 +1,11 @@
 """``score_blocks``: the MSA block scorer of docs/DESIGN.md §10.2 on the tensors' device.
 
-Two kernels honor the one contract: the mma kernel (``msa/kernels/scorer_mma.py``: the keys
-through a shared-memory ring, each thread's fragment widened in registers; the GPUs' by
-default, but for BF16 keys at N 64) and the ``tl.dot`` kernel (``msa/kernels/scorer_dot.py``:
-the interpreter's, and the GPUs' for BF16 keys at N 64). ``gpu_kernel`` says which a GPU
-runs.
+Two kernels honor the one contract: the mma kernel (``msa/kernels/scorer_mma.py``, sm_90
+only: the keys through a shared-memory ring, each thread's fragment widened in registers;
+the Hopper route's, but for BF16 keys at N 64) and the ``tl.dot`` kernel
+(``msa/kernels/scorer_dot.py``: the Hopper route's for BF16 keys at N 64, and every other
+route's: the portable GPUs' and the interpreter's; ``fast.route``). ``hopper_kernel`` says
+which the Hopper route runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from ..backend import pdl_options, sm_count
 from ..checks import check_int, score_shapes
 from ..kernels import page_maxima
 from ..kernels.page_maxima import partial_maxima
+from ..route import Route, device_route
 from ..scorer import first_set, mma_rows, no_record, pages_per_program
 from . import tensor_map
 from .kernels import block_ring
@@ -38,14 +40,20 @@ STAGES = {torch.bfloat16: 3, torch.float8_e4m3fn: 2}
 NUM_WARPS = 4
 
 
-def gpu_kernel(dtype: torch.dtype, rows: int) -> str:
-    """The kernel a GPU runs at N = ``rows`` (``mma_rows`` of the rows scored): the mma
+def hopper_kernel(dtype: torch.dtype, rows: int) -> str:
+    """The kernel the Hopper route runs at N = ``rows`` (``mma_rows`` of the rows scored): the mma
     kernel for E4M3 keys, and for BF16 up to N 32, where its bulk ring of two slots fits
     (``ring_feed``) and, since a ring of two issues each copy before the wait for the
     half-block ahead of it, measured faster than the dot kernel at every grid
     (bench/PERF.md). BF16 at N 64 (no bulk ring fits beside its q tile) keeps the dot
     kernel."""
     return "mma" if dtype == torch.float8_e4m3fn or rows <= 32 else "dot"
+
+
+def block_kernel(route: Route, dtype: torch.dtype, rows: int) -> str:
+    """The kernel ``score_blocks`` runs by default on ``route`` (``fast.route``) at N =
+    ``rows``: ``hopper_kernel``'s on the Hopper route, the dot kernel on every other."""
+    return hopper_kernel(dtype, rows) if route.hopper else "dot"
 
 
 # The mma kernel's ring per key dtype: half-blocks per program, STAGES - 1 in flight as
@@ -207,8 +215,8 @@ def run_block_scorer(
     """``score_blocks`` with the launch's own knobs, which the tests and the bench set (a
     server calls ``score_blocks``, which leaves them to the policy). Returns ``out``.
 
-    kernel: "mma" or "dot" (default: ``gpu_kernel``'s on a GPU, "dot" elsewhere; the mma
-    kernel runs on GPUs only).
+    kernel: "mma" (sm_90 only) or "dot" (default: ``hopper_kernel``'s on the Hopper route,
+    "dot" on the others: ``fast.route``).
     ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
     the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
     than ``max_stages`` is filled by cp.async copies); tensor_copies: False fills a bulk
@@ -240,14 +248,15 @@ def run_block_scorer(
         raise ValueError(f"block_table: columns must be contiguous (strides {block_table.stride()})")
     if error is not None:
         checks.error_record(error, device)
-    if pdl and device.type != "cuda":
-        raise ValueError(f"pdl: needs a GPU, not {device.type}")
+    route = device_route(device)
+    if pdl and not route.pdl:
+        raise ValueError(f"pdl: {route.device} has no PDL (sm_90 and newer)")
     rows = mma_rows((SLOTS - first_slot) * hs)
-    kernel = kernel or (gpu_kernel(k_cache.dtype, rows) if device.type == "cuda" else "dot")
+    kernel = kernel or block_kernel(route, k_cache.dtype, rows)
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
-    if kernel == "mma" and device.type != "cuda":
-        raise ValueError(f"kernel: 'mma' needs a GPU, not {device.type} (the dot kernel runs anywhere)")
+    if kernel == "mma" and not route.sm90:
+        raise ValueError(f"kernel: 'mma' needs an sm_90 GPU, not {route.device} (the dot kernel runs anywhere)")
     for name, flag in (("tensor_copies", tensor_copies), ("loads_only", loads_only)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")

@@ -3,11 +3,11 @@ GPUs and the interpreter.
 
 The page's 128 tokens sit on M and the query rows on N of one ``tl.dot`` with 16-bit
 operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32). E4M3 to f16
-is exact. Elements arrive as their bits (uint8 / int16), because "unwritten" is a bit
-pattern: a query row holding a NaN element stores NaN, and its operand is zeroed. The
-interpreter has no bf16 arithmetic (it reads bf16 as integers), so there (``INTERPRETER``)
-bf16 bits are widened to fp32 exactly and the dot is an IEEE fp32 one, its products exact
-as a bf16 MMA's are.
+is exact, and in integers (``kernels.e4m3``: sm_80 / 86 have no conversion). Elements
+arrive as their bits (uint8 / int16), because "unwritten" is a bit pattern: a query row
+holding a NaN element stores NaN, and its operand is zeroed. The interpreter has no bf16
+arithmetic (it reads bf16 as integers), so there (``INTERPRETER``) bf16 bits are widened
+to fp32 exactly and the dot is an IEEE fp32 one, its products exact as a bf16 MMA's are.
 """
 
 import triton
@@ -16,6 +16,7 @@ import triton.language as tl
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from ...kernels.device import pdl_wait
+from ...kernels.e4m3 import e4m3_to_f16
 from ...kernels.guards import BAD_BLOCK, record_input
 from ...kernels.rules import query_position
 
@@ -51,7 +52,7 @@ def to_operand(raw, IS_FP8: tl.constexpr, INTERPRETER: tl.constexpr):
     # One return after a constexpr if / elif / else: the compiler builds what follows an
     # early return in a constexpr branch as well.
     if IS_FP8:  # exact (NaN bytes aside, which the caller zeroes or masks)
-        operand = raw.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+        operand = e4m3_to_f16(raw)
     elif INTERPRETER:
         operand = bf16_bits_to_f32(raw)
     else:

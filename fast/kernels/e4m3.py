@@ -1,0 +1,21 @@
+"""E4M3 bytes to fp16 in integer arithmetic: the portable kernels' conversion.
+
+Triton compiles the hardware conversion (``.to(tl.float8e4nv, bitcast=True)``) only from
+sm_89 on; sm_80 / 86 have none. Every E4M3 value is an fp16 one: place the byte's exponent
+and mantissa bits where fp16's sit and the fp16 read so is the E4M3 value times 2^-8 (the
+biases differ by 8; subnormals alike, fp16's reaching far lower), so one exact
+multiplication by 256 finishes it. A NaN byte (0x7F, 0xFF) gives NaN, as the hardware's
+conversion does.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def e4m3_to_f16(bits):
+    """fp16 values of E4M3 bytes (uint8 or int8, any shape); exact."""
+    b = bits.to(tl.int32) & 0xFF
+    half = ((b & 0x80) << 8) | ((b & 0x7F) << 7)  # sign to bit 15; exponent and mantissa below
+    value = half.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
+    return tl.where((b & 0x7F) == 0x7F, float("nan"), value).to(tl.float16)
