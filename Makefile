@@ -20,7 +20,7 @@ export NVSHMEM_DISABLE_NVLS := 1
 # pyproject.toml (the suite, the fuzzers, the linter), which the venv installs with the project.
 PINS := torch==2.13.0 triton==3.6.0 numpy==2.4.6 hypothesis==6.170.17 pytest==9.2.0 pytest-xdist==3.8.0 ruff==0.17.6
 
-.PHONY: test test-slow demo bench fuzz fuzz-smoke mutants mutants-ci lint format env clean
+.PHONY: test test-slow demo wheel-smoke bench fuzz fuzz-smoke mutants mutants-ci lint format env clean
 env: $(ENV)
 
 .venv/.installed: Makefile pyproject.toml
@@ -53,6 +53,11 @@ test-slow: $(ENV)
 
 demo: $(ENV)
 	$(PY) -m fast demo
+
+# The wheel a user installs, in a fresh venv outside the tree: the demos, a fuzz campaign and
+# the README's Python blocks from there (.ci/wheel-smoke; CI runs it).
+wheel-smoke: $(ENV)
+	WHEEL_PINS="$(filter torch==% triton==% numpy==% hypothesis==%,$(PINS))" bash .ci/wheel-smoke $(PY)
 
 # GPU machines: ceilings, scorer bandwidth, per-layer CP vs stock (results/bench-<time>/).
 bench: $(ENV)

@@ -71,15 +71,28 @@ def pytest_collection_modifyitems(config, items):
         _keep_shard(config, items, *_shard(shard))
 
 
+# The Hopper route's kernels (fast/route.py), as a test's "kernel" parameter names them.
+HOPPER_KERNELS = ("wgmma", "mma", "prmt")
+
+
 def _skip_missing_gpus(items):
+    """Skip what the GPUs present cannot run: GPU tests without one, multi-GPU tests with one,
+    and on a GPU other than sm_90 the tests of the Hopper route's kernels — marked ``hopper``,
+    or parametrized with one of them as ``kernel``."""
     gpus = gpu_count()
+    sm90 = gpus > 0 and torch.cuda.get_device_capability(0) == (9, 0)
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU; none is visible")
     skip_multi = pytest.mark.skip(reason=f"needs 2+ CUDA GPUs; {gpus} visible")
+    skip_hopper = pytest.mark.skip(reason="a Hopper route kernel: needs an sm_90 GPU")
     for item in items:
         if "gpu" in item.keywords and gpus < 1:
             item.add_marker(skip_gpu)
         if "multigpu" in item.keywords and gpus < 2:
             item.add_marker(skip_multi)
+        params = getattr(item, "callspec", None)
+        kernel = params.params.get("kernel") if params is not None else None
+        if gpus > 0 and not sm90 and ("hopper" in item.keywords or kernel in HOPPER_KERNELS):
+            item.add_marker(skip_hopper)
 
 
 def pytest_addoption(parser):

@@ -40,6 +40,7 @@ import triton
 
 import reference
 from fast.backend import p2p_gpus, sm_count
+from fast.route import device_route
 from fast.select.policy import force_select, select_split
 from fast.symm import SingleRankSymmetric
 from fast.tables import dequant_lut
@@ -634,6 +635,9 @@ def run_bench(
     if not torch.cuda.is_available():
         print("make bench needs a CUDA GPU; none is visible (nothing measured)")
         return 2
+    route = device_route(torch.device("cuda", 0))
+    if not route.sm90:  # the lab times the Hopper kernels and their variants beside the portable ones
+        raise ValueError(f"device: make bench measures the Hopper route's kernels (sm_90); this is {route.device}")
     if world is not None and world > torch.cuda.device_count():
         raise ValueError(f"world: {world} ranks need {world} GPUs, {torch.cuda.device_count()} visible")
     out_dir = Path(out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")

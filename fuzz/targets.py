@@ -8,6 +8,7 @@ settles the Triton backend, which the CLI's ``--backend`` must be able to choose
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -121,6 +122,7 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     from fast.msa.cp import MsaDecodeCP
     from fast.msa.scorer import KERNELS, run_block_scorer
     from fast.msa.stock import MsaStockDecode
+    from fast.route import device_route
     from fast.symm import SingleRankSymmetric
     from reference import msa
     from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT
@@ -148,11 +150,11 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "MSA scorer != reference on exact-arithmetic input"
         assert torch.equal(out.cpu(), msa.full_decode(*case.args(), **case.windows())), "MSA stock != full_decode"
-        # A GPU runs one of two kernels by dtype and N (``hopper_kernel``): there each is held
-        # to the reference on every example, not only on the shapes it is chosen for (a bug
-        # in the one not chosen would otherwise hide from most examples). Elsewhere the dot
-        # kernel is the only one, checked above.
-        for kernel in KERNELS if dev.type == "cuda" else ():
+        # The Hopper route runs one of two kernels by dtype and N (``hopper_kernel``): on an
+        # sm_90 GPU each is held to the reference on every example, not only on the shapes it
+        # is chosen for (a bug in the one not chosen would otherwise hide from most examples).
+        # Elsewhere the dot kernel is the only one, checked above.
+        for kernel in KERNELS if device_route(dev).sm90 else ():
             got = torch.full_like(plan.scores, 1e30)
             run_block_scorer(
                 plan.tile,
@@ -210,6 +212,7 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     for the programs that take the shared-memory ring), the stock top-16 on its own scores,
     and CP = 1 in one process (oracle output, buffers re-armed)."""
     from fast.cp import IndexerDecodeCP
+    from fast.route import device_route
     from fast.stock import StockDecode
     from fast.symm import SingleRankSymmetric
 
@@ -233,7 +236,9 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         ref_scores = full_scores(check_decode_inputs(*case.args()))  # NaN where not stored
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
-        if dev.type == "cuda":  # the lab's variants force each feed (a source tree's bench/)
+        # On an sm_90 GPU the lab's variants force each feed of the wgmma scorer — in a source
+        # tree, where bench/ is; an installed copy (no lab) checks the decode's own feed above.
+        if device_route(dev).sm90 and importlib.util.find_spec("bench") is not None:
             from bench.variants import score_variant
 
             for feed in _page_feeds(q * heads):

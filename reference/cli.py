@@ -25,6 +25,12 @@ from .selection import describe_keys
 from .validate import check_decode_inputs, check_int
 
 PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
+# The decode commands' output file (reference's and fast's), as their --help says it.
+OUTPUT_HELP = (
+    "output: a torch.save dict {'out': int32 [B * query_len, H, 16]}: per row (request b's query i\n"
+    "at b * query_len + i) and index head, nvfp4 keys: 15 ranked pages and the own page last;\n"
+    "bf16 / fp8 keys: the chosen block ids ascending, -1 padded. Rows of <= 16 pages list them in order."
+)
 # The MSA format has one oracle: its stock path must output it too (docs/DESIGN.md §10.3).
 MSA_PATHS = {"full": msa.full_decode, "stock": msa.full_decode, "cp": msa.cp_decode}
 FORMATS = ("nvfp4",) + tuple(MSA_DTYPES)
@@ -42,17 +48,34 @@ def check_out(path: str) -> None:
         raise ValueError(f"out: the folder of {path} does not exist")
 
 
+def summary(tool: str, path: str, cp: int | None, case, out: torch.Tensor, file: str, seconds: float) -> str:
+    """The one line a decode command prints: what ran, on what, and where the output went."""
+    rows, heads = case.index_q.shape[:2]
+    fmt = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8"}.get(case.k_cache.dtype, "nvfp4") + " keys"
+    ranks = f", CP {cp}" if cp is not None else ""
+    shape = "x".join(map(str, out.shape))
+    return (
+        f"{tool} decode: path {path}{ranks}, {rows} rows x {heads} heads ({fmt}, query_len {case.query_len}) -> "
+        f"{file} {{'out': int32 [{shape}]}} in {seconds:.1f} s"
+    )
+
+
 def _decode(args) -> int:
+    if args.path == "cp" and args.cp is None:
+        raise ValueError("cp: --path cp needs --cp N, the ranks simulated (one of 1, 2, 4, 8)")
     if args.cp is not None and args.path != "cp":
         raise ValueError(f"cp: --cp applies to --path cp only, not --path {args.path}")
     check_out(args.out)
+    start = time.monotonic()
     case = load_case(args.case)
     is_msa = isinstance(case, msa.MsaCase)
     fn = (MSA_PATHS if is_msa else PATHS)[args.path]
-    kwargs = {"cp": 1 if args.cp is None else args.cp} if args.path == "cp" else {}
+    kwargs = {"cp": args.cp} if args.path == "cp" else {}
     if is_msa:
         kwargs.update(case.windows())
-    torch.save({"out": fn(*case.args(), **kwargs)}, args.out)
+    out = fn(*case.args(), **kwargs)
+    torch.save({"out": out}, args.out)
+    print(summary("reference", args.path, args.cp, case, out, args.out, time.monotonic() - start))
     return 0
 
 
@@ -178,10 +201,16 @@ def main(argv=None) -> int:
     """``python -m reference``'s subcommands; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m reference", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    d = sub.add_parser("decode", help="decode a saved case with the full, CP or stock path")
+    d = sub.add_parser(
+        "decode",
+        help="decode a saved case with the full, CP or stock path",
+        description="Decode a saved case (make-case writes one) with the reference and save the output.",
+        epilog="example: python -m reference decode --case case.pt --path cp --cp 4 --out want.pt\n" + OUTPUT_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     d.add_argument("--case", required=True)
     d.add_argument("--path", choices=sorted(PATHS), required=True)
-    d.add_argument("--cp", type=int, help="ranks simulated (--path cp only; default 1)")
+    d.add_argument("--cp", type=int, help="ranks simulated (--path cp only, and required there)")
     d.add_argument("--out", required=True)
     d.set_defaults(run=_decode)
     e = sub.add_parser("explain", help="show rank by rank what one row's head saw")

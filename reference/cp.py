@@ -19,7 +19,7 @@ from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 from .decode import UNWRITTEN_Q, query_rows
 from .rules import long_requests, long_rows, own_pages
 from .scores import score_pages
-from .selection import assemble_rows, exact_keys, top_keys, two_level_top16
+from .selection import assemble_rows, exact_keys, keys_to_pages, keys_to_scores, top_keys, two_level_top16
 from .validate import DecodeInputs, check_cp, check_decode_inputs, check_int
 
 _I64 = torch.int64
@@ -147,6 +147,12 @@ class RankTrace:
     local_keys: torch.Tensor
     received: torch.Tensor = field(default=None)
     merged: torch.Tensor = field(default=None)
+
+    def candidates(self, row: int, head: int) -> list[tuple[int, float]]:
+        """What this rank pushed for ``row`` and ``head`` (an index into all H heads), read:
+        (page, fp32 score) pairs, best first; [] for a short row (nothing pushed)."""
+        keys = self.local_keys[row, head]
+        return [(p, s) for p, s in zip(keys_to_pages(keys).tolist(), keys_to_scores(keys).tolist()) if p >= 0]
 
 
 @dataclass

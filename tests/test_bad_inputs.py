@@ -482,7 +482,8 @@ COMMAND_LINES = {
     "reference-invalid-case": ("reference", "decode --case {invalid} --path full --out {out}", "seq_lens"),
     "reference-cp-with-full": ("reference", "decode --case {case} --path full --cp 2 --out {out}", "cp"),
     "reference-cp-3": ("reference", "decode --case {case} --path cp --cp 3 --out {out}", "cp"),
-    "reference-out-folder": ("reference", "decode --case {case} --path cp --out {far}", "out"),
+    "reference-out-folder": ("reference", "decode --case {case} --path cp --cp 2 --out {far}", "out"),
+    "reference-cp-path-without-cp": ("reference", "decode --case {case} --path cp --out {out}", "cp"),
     "reference-explain-row": ("reference", "explain --case {case} --row 999 --head 0", "row"),
     "reference-explain-head": ("reference", "explain --case {case} --row 0 --head 9", "head"),
     "reference-explain-missing-case": ("reference", "explain --case {none} --row 0 --head 0", "case"),
@@ -496,20 +497,24 @@ COMMAND_LINES = {
         "seq_lens",
     ),
     "reference-make-out-folder": ("reference", "make-case --out {far} --seq-lens 300", "out"),
-    "fast-missing-case": ("fast", "decode --case {none} --path cp --backend cpu --out {out}", "case"),
-    "fast-garbage-case": ("fast", "decode --case {garbage} --path cp --backend cpu --out {out}", "case"),
-    "fast-invalid-case": ("fast", "decode --case {invalid} --path cp --backend cpu --out {out}", "seq_lens"),
-    "fast-case-q-float32": ("fast", "decode --case {q_float} --path cp --backend cpu --out {out}", "index_q"),
-    "fast-case-k-int8": ("fast", "decode --case {k_int8} --path stock --backend cpu --out {out}", "k_cache"),
-    "fast-case-heads-3": ("fast", "decode --case {heads_3} --path cp --backend cpu --out {out}", "index_q"),
-    "fast-case-query-len-9": ("fast", "decode --case {query_len_9} --path cp --backend cpu --out {out}", "query_len"),
+    "fast-missing-case": ("fast", "decode --case {none} --path cp --cp 2 --backend cpu --out {out}", "case"),
+    "fast-garbage-case": ("fast", "decode --case {garbage} --path cp --cp 2 --backend cpu --out {out}", "case"),
+    "fast-invalid-case": ("fast", "decode --case {invalid} --path cp --cp 2 --backend cpu --out {out}", "seq_lens"),
+    "fast-case-q-float32": ("fast", "decode --case {q_float} --path cp --cp 2 --backend cpu --out {out}", "index_q"),
+    "fast-case-k-int8": ("fast", "decode --case {k_int8} --path stock --cp 2 --backend cpu --out {out}", "k_cache"),
+    "fast-case-heads-3": ("fast", "decode --case {heads_3} --path cp --cp 2 --backend cpu --out {out}", "index_q"),
+    "fast-case-query-len-9": (
+        "fast",
+        "decode --case {query_len_9} --path cp --cp 2 --backend cpu --out {out}",
+        "query_len",
+    ),
     "reference-case-query-len-2.7": (
         "reference",
         "decode --case {query_len_float} --path full --out {out}",
         "case",
     ),
     "fast-cp-3": ("fast", "decode --case {case} --path cp --cp 3 --backend cpu --out {out}", "cp"),
-    "fast-out-folder": ("fast", "decode --case {case} --path cp --backend cpu --out {far}", "out"),
+    "fast-out-folder": ("fast", "decode --case {case} --path cp --cp 2 --backend cpu --out {far}", "out"),
     "fuzz-unknown-target": ("fuzz", "replay nope {{}}", "target"),
     "fuzz-no-json": ("fuzz", "replay reference", "example"),
     "fuzz-not-json": ("fuzz", "replay reference {{seed:", "example"),
@@ -519,7 +524,7 @@ COMMAND_LINES = {
     "fuzz-unknown-breakage": ("fuzz", "replay inputs {breakage}", "example"),
 }
 if DEV.type != "cuda":
-    line = "decode --case {case} --path cp --backend cuda --out {out}"
+    line = "decode --case {case} --path cp --cp 2 --backend cuda --out {out}"
     COMMAND_LINES["fast-cuda-without-a-gpu"] = ("fast", line, "cp")
 
 

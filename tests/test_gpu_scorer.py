@@ -19,7 +19,7 @@ from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
 from support import assert_wait_gives_up
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.hopper]  # the wgmma and prmt kernels, the dequantization feeds
 
 
 def every_pair_page() -> torch.Tensor:

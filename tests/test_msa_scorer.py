@@ -234,6 +234,7 @@ def test_gpu_kernels_score_exact_keys_bit_for_bit(dtype, heads, first_slot, quer
 
 
 @pytest.mark.gpu
+@pytest.mark.hopper
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("heads,first_slot,query_len", GPU_SHAPES)
 def test_gpu_kernels_score_random_keys_within_the_bound(dtype, heads, first_slot, query_len):
@@ -256,6 +257,7 @@ def test_gpu_kernels_score_random_keys_within_the_bound(dtype, heads, first_slot
 
 
 @pytest.mark.gpu
+@pytest.mark.hopper
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("heads,first_slot,query_len", [(1, 0, 8), (4, 7, 1), (4, 4, 4), (4, 0, 8)])
 def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slot, query_len):
@@ -295,6 +297,7 @@ def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slo
 
 
 @pytest.mark.gpu
+@pytest.mark.hopper
 @pytest.mark.parametrize("dtype", sorted(DTYPES))
 @pytest.mark.parametrize("heads,first_slot", [(1, 0), (4, 4), (4, 0)])
 def test_the_ring_probe_writes_nothing_and_needs_a_bulk_ring(dtype, heads, first_slot):
@@ -323,6 +326,7 @@ def _wait_for_a_half_block_never_copied(err_ptr):
 
 
 @pytest.mark.gpu
+@pytest.mark.hopper
 def test_the_block_rings_wait_gives_up_and_says_so():
     """A wait for a half-block never copied gives up and says so (``assert_wait_gives_up``)."""
     assert_wait_gives_up(lambda record: _wait_for_a_half_block_never_copied[(2,)](record, num_warps=4))

@@ -59,17 +59,30 @@ def case_file(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("path,cp", [("full", None), ("stock", None), ("cp", None), ("cp", 4), ("cp", 8)])
+@pytest.mark.parametrize("path,cp", [("full", None), ("stock", None), ("cp", 1), ("cp", 4), ("cp", 8)])
 def test_decode_writes_the_api_output(case_file, tmp_path, path, cp, run_cli):
     out = tmp_path / "out.pt"
     ranks = [] if cp is None else ["--cp", str(cp)]
     res = run_cli("decode", "--case", str(case_file), "--path", path, *ranks, "--out", str(out))
-    cp = cp or 1
     assert res.returncode == 0, res.stderr
+    # one summary line: the path, the ranks, the rows and heads, the output file and its shape
+    (line,) = res.stdout.splitlines()
+    ranks = f", CP {cp}" if cp else ""
+    assert line.startswith(f"reference decode: path {path}{ranks}, 6 rows x 4 heads (nvfp4 keys, query_len 2) -> ")
+    assert f"{out} {{'out': int32 [6x4x16]}} in " in line
     case = Case.load(case_file)
     want = {"full": full_decode, "stock": stock_decode}.get(path) or (lambda *a: cp_decode(*a, cp=cp))
     got = torch.load(out, weights_only=True)["out"]
     assert got.dtype == torch.int32 and torch.equal(got, want(*case.args()))
+
+
+def test_decode_cp_path_needs_its_ranks_named(case_file, tmp_path, run_cli):
+    """--path cp without --cp was one simulated rank, unsaid: now one error line naming --cp."""
+    res = run_cli("decode", "--case", str(case_file), "--path", "cp", "--out", str(tmp_path / "o.pt"))
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "error: cp: --path cp needs --cp N, the ranks simulated (one of 1, 2, 4, 8)"
+    )
+    assert not (tmp_path / "o.pt").exists()
 
 
 def test_explain_prints_every_rank(case_file, run_cli):
@@ -111,7 +124,7 @@ BAD_COMMAND_LINES = {
     "garbage-case": ("decode --case {garbage} --path full --out {out}", "case"),
     "cp-with-full": ("decode --case {case} --path full --cp 2 --out {out}", "cp"),
     "cp-3": ("decode --case {case} --path cp --cp 3 --out {out}", "cp"),
-    "out-folder": ("decode --case {case} --path cp --out {far}", "out"),
+    "out-folder": ("decode --case {case} --path cp --cp 2 --out {far}", "out"),
     "explain-row": ("explain --case {case} --row 999 --head 0", "row"),
     "explain-head": ("explain --case {case} --row 0 --head 9", "head"),
     "explain-missing-case": ("explain --case {none} --row 0 --head 0", "case"),
