@@ -92,7 +92,7 @@ def test_decode_refuses_an_output_folder_that_does_not_exist(tmp_path):
     path = tmp_path / "case.pt"
     make_case(0, [3000], query_len=2, heads=4, pattern="exact").save(path)
     far = str(tmp_path / "no" / "o.pt")
-    done = _fast_cli("decode", "--case", str(path), "--path", "cp", "--backend", "cpu", "--out", far)
+    done = _fast_cli("decode", "--case", str(path), "--path", "cp", "--cp", "2", "--backend", "cpu", "--out", far)
     assert done.returncode == 2 and done.stderr.startswith("error: out:"), done.stderr
 
 
