@@ -172,7 +172,37 @@ def _config(raw):
             ok, kind = isinstance(value, int) and not isinstance(value, bool), "an int"
         if not ok:
             raise ValueError(f"example: {name} must be {kind}, got {value!r}")
-    return DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()})
+    return _checked(DecodeConfig(**{k: tuple(v) if k == "seq_lens" else v for k, v in raw.items()}))
+
+
+def _checked(cfg):
+    """``cfg`` if its values make an example (the CP size, heads and format a campaign draws
+    from; a case that builds and passes the reference's input checks), else ValueError
+    naming the field: a replay's bad value is one error line, not a traceback."""
+    from indexer_constants import SUPPORTED_CP, SUPPORTED_HEADS
+    from reference.msa.inputs import check_msa_inputs
+    from reference.validate import check_decode_inputs
+
+    from .strategies import KEY_FORMATS
+
+    for name, value, allowed in (
+        ("cp", cfg.cp, SUPPORTED_CP),
+        ("heads", cfg.heads, SUPPORTED_HEADS),
+        ("key_format", cfg.key_format, KEY_FORMATS),
+    ):
+        if value not in allowed:
+            raise ValueError(f"example: {name} must be one of {tuple(allowed)}, got {value!r}")
+    if cfg.extra_width < 0:
+        raise ValueError(f"example: extra_width must be >= 0, got {cfg.extra_width}")
+    try:
+        case = cfg.build()
+        if cfg.key_format == "nvfp4":
+            check_decode_inputs(*case.args())
+        else:
+            check_msa_inputs(*case.args(), **case.windows())
+    except (ValueError, TypeError, KeyError, IndexError, RuntimeError) as exc:
+        raise ValueError(f"example: {exc}") from None
+    return cfg
 
 
 def parse_example(name: str, example_text: str | None):
@@ -195,8 +225,18 @@ def parse_example(name: str, example_text: str | None):
 
         if raw[1] not in known:
             raise ValueError(f"example: unknown breakage {raw[1]!r} (one of {', '.join(known)})")
-        return _config(raw[0]), raw[1]
-    return _config(raw)
+        return _for_target(name, _config(raw[0])), raw[1]
+    return _for_target(name, _config(raw))
+
+
+def _for_target(name: str, cfg):
+    """``cfg`` if its key format is target ``name``'s (the msa- targets' BF16 / FP8, the
+    others' NVFP4), else ValueError naming key_format."""
+    msa_target = name.startswith("msa-")
+    if (cfg.key_format != "nvfp4") != msa_target:
+        want = "bf16 or fp8" if msa_target else "nvfp4"
+        raise ValueError(f"example: key_format {cfg.key_format!r} is not target {name}'s ({want})")
+    return cfg
 
 
 def replay(name: str, example_text: str, backend: str = "auto") -> None:

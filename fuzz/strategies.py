@@ -24,6 +24,10 @@ BIG_EDGE_PAGES = (2048, 2049, 8191, 8192, 8197)  # the MAX_PAGES edge and past i
 EDGE_OFFSETS = (-1, 0, 1, 127)  # tokens past a page boundary (see reference.cases.seq_len_for)
 
 
+# The key formats an example may carry: NVFP4, or the MSA format's two (docs/DESIGN.md §10).
+KEY_FORMATS = ("nvfp4", "bf16", "fp8")
+
+
 @dataclass(frozen=True)
 class DecodeConfig:
     """One decode example: everything needed to rebuild its tensors."""

@@ -522,6 +522,20 @@ COMMAND_LINES = {
     "fuzz-extra-key": ("fuzz", "replay reference {extra}", "example"),
     "fuzz-mistyped-key": ("fuzz", "replay reference {mistyped}", "example"),
     "fuzz-unknown-breakage": ("fuzz", "replay inputs {breakage}", "example"),
+    # values no campaign draws: each its own error line, not a traceback from the target
+    **{
+        f"fuzz-value-{field}": ("fuzz", f"replay {target} {{value_{field}}}", "example")
+        for field, target in (
+            ("cp", "reference"),
+            ("heads", "reference"),
+            ("pattern", "reference"),
+            ("seq_lens", "reference"),
+            ("query_len", "kernels"),
+            ("extra_width", "protocol"),
+            ("key_format", "reference"),
+            ("msa_on_nvfp4_target", "stock"),
+        )
+    },
 }
 if DEV.type != "cuda":
     line = "decode --case {case} --path cp --cp 2 --backend cuda --out {out}"
@@ -555,6 +569,19 @@ def files(tmp_path_factory):
         extra=json.dumps(cfg | {"colour": 1}).replace(" ", ""),
         mistyped=json.dumps(cfg | {"heads": "four"}).replace(" ", ""),
         breakage=json.dumps([cfg, "no-such-breakage"]).replace(" ", ""),
+        **{
+            f"value_{field}": json.dumps(cfg | change).replace(" ", "")
+            for field, change in (
+                ("cp", {"cp": 3}),
+                ("heads", {"heads": 3}),
+                ("pattern", {"pattern": "sunny"}),
+                ("seq_lens", {"seq_lens": [-5]}),
+                ("query_len", {"query_len": 9}),
+                ("extra_width", {"extra_width": -1}),
+                ("key_format", {"key_format": "int4"}),
+                ("msa_on_nvfp4_target", {"key_format": "fp8", "init_blocks": 1, "local_blocks": 2}),
+            )
+        },
     )
 
 
