@@ -213,13 +213,21 @@ def main(argv=None) -> int:
     d.add_argument("--cp", type=int, help="ranks simulated (--path cp only, and required there)")
     d.add_argument("--out", required=True)
     d.set_defaults(run=_decode)
-    e = sub.add_parser("explain", help="show rank by rank what one row's head saw")
+    e = sub.add_parser(
+        "explain",
+        help="show rank by rank what one row's head saw",
+        epilog="example: python -m reference explain --case case.pt --row 0 --head 2 --cp 4",
+    )
     e.add_argument("--case", required=True)
-    e.add_argument("--row", type=int, required=True)
+    e.add_argument("--row", type=int, required=True, help="request b's query i is row b * query_len + i")
     e.add_argument("--head", type=int, required=True)
-    e.add_argument("--cp", type=int, default=4)
+    e.add_argument("--cp", type=int, required=True, help="ranks simulated (1, 2, 4 or 8)")
     e.set_defaults(run=_explain)
-    m = sub.add_parser("make-case", help="write a synthetic case file")
+    m = sub.add_parser(
+        "make-case",
+        help="write a synthetic case file",
+        epilog="example: python -m reference make-case --out case.pt --seq-lens 70000,300 --query-len 2 --pattern ties",
+    )
     m.add_argument("--out", required=True)
     m.add_argument("--seq-lens", required=True, help="comma-separated lengths, one per request")
     m.add_argument("--query-len", type=int, default=1)
@@ -231,7 +239,9 @@ def main(argv=None) -> int:
     m.add_argument("--table-width", type=int)
     m.add_argument("--seed", type=int, default=0)
     m.set_defaults(run=_make_case)
-    sub.add_parser("demo", help="CP vs full on a synthetic workload").set_defaults(run=lambda _: 0 if demo() else 1)
+    sub.add_parser(
+        "demo", help="CP vs full on a synthetic workload", epilog="example: python -m reference demo"
+    ).set_defaults(run=lambda _: 0 if demo() else 1)
     return run_command(parser.parse_args(argv))
 
 

@@ -101,7 +101,7 @@ def test_explain_short_row(case_file, run_cli):
 def test_bad_input_is_a_clean_error(case_file, tmp_path, run_cli):
     res = run_cli("decode", "--case", str(case_file), "--path", "cp", "--cp", "3", "--out", str(tmp_path / "o.pt"))
     assert res.returncode == 2 and "cp" in res.stderr and "Traceback" not in res.stderr
-    res = run_cli("explain", "--case", str(case_file), "--row", "99", "--head", "0")
+    res = run_cli("explain", "--case", str(case_file), "--row", "99", "--head", "0", "--cp", "4")
     assert res.returncode == 2 and "row" in res.stderr
 
 
@@ -125,9 +125,9 @@ BAD_COMMAND_LINES = {
     "cp-with-full": ("decode --case {case} --path full --cp 2 --out {out}", "cp"),
     "cp-3": ("decode --case {case} --path cp --cp 3 --out {out}", "cp"),
     "out-folder": ("decode --case {case} --path cp --cp 2 --out {far}", "out"),
-    "explain-row": ("explain --case {case} --row 999 --head 0", "row"),
-    "explain-head": ("explain --case {case} --row 0 --head 9", "head"),
-    "explain-missing-case": ("explain --case {none} --row 0 --head 0", "case"),
+    "explain-row": ("explain --case {case} --row 999 --head 0 --cp 4", "row"),
+    "explain-head": ("explain --case {case} --row 0 --head 9 --cp 4", "head"),
+    "explain-missing-case": ("explain --case {none} --row 0 --head 0 --cp 4", "case"),
     "make-query-len-9": ("make-case --out {out} --seq-lens 300 --query-len 9", "query-len"),
     "make-heads-3": ("make-case --out {out} --seq-lens 300 --heads 3", "heads"),
     "make-table-width": ("make-case --out {out} --seq-lens 300 --table-width -3", "table-width"),
