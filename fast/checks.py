@@ -143,6 +143,8 @@ def score_shapes(q_tile, block_table, out) -> tuple[int, int, int]:
     if slots != SLOTS or dim != HEAD_DIM:
         raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
     check_tensor("block_table", block_table, torch.int32, 2)
+    if block_table.shape[0] != batch:  # a row per request: more would be ignored, fewer read past the table
+        raise ValueError(f"block_table: expected {batch} rows (one per request of q_tile), got {block_table.shape[0]}")
     width = block_table.shape[1]
     check_tensor("out", out, torch.float32, 3)
     if tuple(out.shape) != (batch, SLOTS * hs, width):

@@ -521,6 +521,40 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
         MSA_RANK_TESTS,
         "msa-protocol",
     ),
+    # Arguments that must agree with each other (a table row per request, and the like):
+    # each alone is valid, only one check compares them (tests/test_argument_pairs.py).
+    Bug(
+        "scorer takes a block table with more rows than requests",
+        "fast/checks.py",
+        "    if block_table.shape[0] != batch:  # a row per request",
+        "    if block_table.shape[0] < batch:  # a row per request",
+        ("tests/test_argument_pairs.py",),
+        "inputs",
+    ),
+    Bug(
+        "plan takes a block table with more rows than requests",
+        "fast/checks.py",
+        "    if block_table.shape[0] != batch:\n        raise ValueError(\n",
+        "    if block_table.shape[0] < batch:\n        raise ValueError(\n",
+        ("tests/test_argument_pairs.py",),
+        "inputs",
+    ),
+    Bug(
+        "reference scorer takes a block table of another batch",
+        "reference/scores.py",
+        "    if block_table.shape[0] != batch:\n",
+        "    if block_table.shape[0] < 0:\n",
+        ("tests/test_argument_pairs.py",),
+        "reference",
+    ),
+    Bug(
+        "reference decode takes a table with more rows than lengths",
+        "reference/validate.py",
+        "    if bt.shape[0] != batch:\n",
+        "    if bt.shape[0] < batch:\n",
+        ("tests/test_argument_pairs.py",),
+        "reference",
+    ),
 ]
 
 # The bugs CI rotates through (``--rotate``): each one was killed by a single-process test

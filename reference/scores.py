@@ -69,6 +69,8 @@ def check_score_shapes(q_tile: torch.Tensor, block_table: torch.Tensor, out: tor
     batch, slots, hs, dim = q_tile.shape
     if slots != SLOTS or dim != HEAD_DIM:
         raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
+    if block_table.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (one per request of q_tile), got {block_table.shape[0]}")
     width = block_table.shape[1]
     if tuple(out.shape) != (batch, SLOTS * hs, width) or out.dtype != torch.float32:
         raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {out.dtype} {list(out.shape)}")

@@ -65,8 +65,10 @@ def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1
     width = block_table.shape[1]
     if tuple(out.shape) != (batch, SLOTS * hs, width):
         raise ValueError(f"out: expected float32 [{batch}, {SLOTS * hs}, {width}], got {list(out.shape)}")
-    if block_table.shape[0] != batch or lens.shape[0] != batch:
-        raise ValueError(f"lens: expected {batch} requests in block_table and lens, as in q_tile")
+    if block_table.shape[0] != batch:
+        raise ValueError(f"block_table: expected {batch} rows (one per request of q_tile), got {block_table.shape[0]}")
+    if lens.shape[0] != batch:
+        raise ValueError(f"lens: expected {batch} lengths (one per request of q_tile), got {lens.shape[0]}")
     g_all = torch.arange(width, dtype=torch.int64) * stride + offset
     n_blocks = computed_blocks(lens, num_pages)
     slot = torch.arange(SLOTS, dtype=torch.int64).repeat_interleave(hs)
