@@ -193,7 +193,9 @@ class StockDecode:
         raise_recorded(self.error)
 
     def reset(self) -> None:
-        """Clear the error record (the stock path holds no other state between steps)."""
+        """Clear the error record and the split select's counts (zero between calls; the
+        stock path holds no other state between steps)."""
+        self._counts.zero_()
         self.error.zero_()
 
     def _split(self, rows: int) -> tuple:
