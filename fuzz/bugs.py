@@ -547,6 +547,32 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
         ("tests/test_argument_pairs.py",),
         "reference",
     ),
+    # The scorers' own guards at the id bounds' edges, called directly (public API): no
+    # decode's verdict masks a bad id first (tests/test_guards.py's edge test).
+    Bug(
+        "table scorer loads the id N",
+        "fast/kernels/scorer_table.py",
+        "        bad = live & ((page < 0) | (page >= num_blocks))\n",
+        "        bad = live & ((page < 0) | (page > num_blocks))\n",
+        ("tests/test_guards.py -k edges",),
+        "kernels",
+    ),
+    Bug(
+        "msa dot scorer takes id -1 for a block",
+        "fast/msa/kernels/scorer_dot.py",
+        "            ok = col & (block >= 0) & (block < num_blocks)\n",
+        "            ok = col & (block >= -1) & (block < num_blocks)\n",
+        ("tests/test_guards.py -k edges",),
+        "msa-kernels",
+    ),
+    Bug(
+        "table scorer records the id where the column goes",
+        "fast/kernels/scorer_table.py",
+        "            record_input(err_ptr, tl.where(column < 2**31 - 1, _BAD_BLOCK, 0), b, column, value)\n",
+        "            record_input(err_ptr, tl.where(column < 2**31 - 1, _BAD_BLOCK, 0), b, value, column)\n",
+        ("tests/test_guards.py -k edges",),
+        "inputs",
+    ),
     # State reset() must restore, piece by piece (tests/test_reset.py).
     Bug(
         "reset leaves the layers' parity",

@@ -242,3 +242,83 @@ def test_guards_under_cuda_graphs(path):
     again = graphed.step(on(CASE.block_table), on(CASE.seq_lens), on(CASE.index_q))[0].cpu()
     assert torch.equal(again, want)
     graphed.check()
+
+
+# The id bounds the contract names (a read id must lie in [0, N)), at their edges: N and -1
+# just outside, N - 1 and 0 just inside, and the farthest ints. (id, bad)
+EDGE_IDS = {"N": True, "N-1": False, "0": False, "-1": True, "int32-max": True, "int32-min": True}
+# Where the id sits: the first request's first column, and the last request's last column it
+# reads (request 2 is padding: nothing read).
+EDGE_SPOTS = [(0, 0), (3, 23)]
+
+
+def _edge_id(name: str, n: int) -> int:
+    return {"N": n, "N-1": n - 1, "0": 0, "-1": -1, "int32-max": 2**31 - 1, "int32-min": -(2**31)}[name]
+
+
+def _scorer_calls(fmt: str):
+    """(kernel, case, score(tile, cache, table, lens, out, error)) for every scorer of the
+    format that runs here: the table / dot kernels everywhere, the Hopper ones on sm_90."""
+    from fast.msa.scorer import run_block_scorer
+    from fast.route import device_route
+    from reference import msa
+
+    hopper = device_route(DEV).sm90
+    if fmt == "nvfp4":
+        case = CASE
+        ref = reference.score_pages
+        kernels = ["table"] + (["wgmma"] if hopper else [])
+
+        def fast_call(kernel):
+            return lambda *ops, error: run_scorer(*ops, kernel=kernel, error=error)
+
+        tile = query_tile(case.index_q, 4, Q)
+    else:
+        case = msa.make_case(3, list(CASE.seq_lens.tolist()), dtype=fmt, query_len=Q, heads=2, pattern="late")
+        width = case.block_table.shape[1]
+
+        def ref(*ops):
+            return msa.score_blocks(*ops, num_pages=width)
+
+        kernels = ["dot"] + (["mma"] if hopper else [])
+
+        def fast_call(kernel):
+            return lambda *ops, error: run_block_scorer(*ops, num_pages=width, kernel=kernel, error=error)
+
+        tile = msa.decode.query_tile(case.index_q, 4, Q)
+    return case, tile, ref, [(k, fast_call(k)) for k in kernels]
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8", "bf16"])
+@pytest.mark.parametrize("edge", EDGE_IDS)
+def test_scorers_guard_the_id_bounds_at_their_edges(fmt, edge):
+    """score_pages / score_blocks called directly (public API: no decode's verdict masks the
+    id first), every kernel of the format: an id just outside [0, N) is never loaded, its
+    stored column is NaN and the record is exactly (BAD_BLOCK, request, column, id); an id
+    just inside is scored as the reference scores it and leaves the record clear."""
+    case, tile, ref, calls = _scorer_calls(fmt)
+    n = case.k_cache.shape[0]
+    width = case.block_table.shape[1]
+    rows = tile.shape[1] * tile.shape[2]
+    for request, column in EDGE_SPOTS:
+        table = case.block_table.clone()
+        table[request, column] = _edge_id(edge, n)
+        clean = table.clone()
+        if EDGE_IDS[edge]:
+            clean[request, column] = 0  # what the reference scores in its place (any valid id)
+        want = torch.full((4, rows, width), 3.0)
+        ref(tile, case.k_cache, clean, case.seq_lens, want)
+        for kernel, call in calls:
+            got = on(torch.full((4, rows, width), 3.0))
+            record = new_record(DEV)
+            call(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, error=record)
+            got = got.cpu()
+            written = want[request, :, column] != 3.0  # the rows that store this column
+            assert bool(written.any()), (request, column)  # the spot is a stored column
+            if EDGE_IDS[edge]:
+                assert bool(torch.isnan(got[request, written, column]).all()), (kernel, edge, request)
+                assert record.tolist() == [0, 1, request, column, _edge_id(edge, n)], (kernel, edge, record)
+                got[request, written, column] = want[request, written, column]
+            else:
+                assert record.tolist() == [0, 0, 0, 0, 0], (kernel, edge, record)
+            assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)), (kernel, edge, request)
