@@ -573,6 +573,23 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
         ("tests/test_guards.py -k edges",),
         "inputs",
     ),
+    # The error record's fields, per entry point that records (both formats).
+    Bug(
+        "msa stock select records the row for the request",
+        "fast/msa/kernels/select.py",
+        "                record_input(err_ptr, verdict, b, column, value)\n",
+        "                record_input(err_ptr, verdict, t, column, value)\n",
+        ("tests/test_guards.py -k msa_decodes", *MSA_TESTS),
+        "inputs",
+    ),
+    Bug(
+        "merge records the row for the request",
+        "fast/kernels/cp.py",
+        "            record_input(err_ptr, verdict, b, column, value)\n",
+        "            record_input(err_ptr, verdict, t, column, value)\n",
+        CP_TESTS,
+        "inputs",
+    ),
     # State reset() must restore, piece by piece (tests/test_reset.py).
     Bug(
         "reset leaves the layers' parity",

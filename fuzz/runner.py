@@ -231,9 +231,9 @@ def parse_example(name: str, example_text: str | None):
 
 def _for_target(name: str, cfg):
     """``cfg`` if its key format is target ``name``'s (the msa- targets' BF16 / FP8, the
-    others' NVFP4), else ValueError naming key_format."""
+    inputs target's either, the others' NVFP4), else ValueError naming key_format."""
     msa_target = name.startswith("msa-")
-    if (cfg.key_format != "nvfp4") != msa_target:
+    if name != "inputs" and (cfg.key_format != "nvfp4") != msa_target:  # inputs takes both
         want = "bf16 or fp8" if msa_target else "nvfp4"
         raise ValueError(f"example: key_format {cfg.key_format!r} is not target {name}'s ({want})")
     return cfg

@@ -317,7 +317,7 @@ BREAKAGES = {
     ),
     "q-rows": ("index_q", ValueError, lambda a: a.update(index_q=a["index_q"][1:])),
     "q-nan": ("index_q", ValueError, lambda a: a["index_q"].view(torch.uint8).view(-1).__setitem__(0, 0xFF)),
-    "k-shape": ("k_cache", ValueError, lambda a: a.update(k_cache=a["k_cache"][:, :, :71].contiguous())),
+    "k-shape": ("k_cache", ValueError, lambda a: a.update(k_cache=a["k_cache"][:, :, :-1].contiguous())),
     "bt-int64": ("block_table", TypeError, lambda a: a.update(block_table=a["block_table"].long())),
     "bt-rows": ("block_table", ValueError, lambda a: a.update(block_table=a["block_table"][:0])),
     "len-int64": ("seq_lens", TypeError, lambda a: a.update(seq_lens=a["seq_lens"].long())),
@@ -327,9 +327,12 @@ BREAKAGES = {
 
 
 def _reading_request(a: dict) -> int:
-    """Make request 0 read at least one table column (length >= 129 tokens); returns 0."""
-    a["seq_lens"][0] = max(int(a["seq_lens"][0]), PAGE + 1, a["query_len"])
-    return 0
+    """Make the last request read at least one table column (length >= 129 tokens); returns
+    it. The last, not the first: with several requests and query tokens its rows are not
+    its index, so a record naming a row for the request is caught."""
+    b = a["seq_lens"].shape[0] - 1
+    a["seq_lens"][b] = max(int(a["seq_lens"][b]), PAGE + 1, a["query_len"])
+    return b
 
 
 def _id_past_cache(a: dict) -> int:
@@ -358,8 +361,9 @@ def _len_negative(a: dict) -> int:
 
 
 def _len_below_query(a: dict) -> int:
-    a["seq_lens"][0] = a["query_len"] - 1 if a["query_len"] > 1 else -1
-    return 0
+    b = a["seq_lens"].shape[0] - 1
+    a["seq_lens"][b] = a["query_len"] - 1 if a["query_len"] > 1 else -1
+    return b
 
 
 # Bad values a host cannot see without a sync: the reference raises; the fast path writes
@@ -373,52 +377,83 @@ DEVICE_BREAKAGES = {
 }
 
 
-def _assert_named_is_bad(e, args: dict) -> None:
-    """The request, column and value check() names are bad in the step's inputs."""
+# Host-checked breakages that are none in the BF16 / FP8 format: its queries may hold NaN
+# (a row holding one is an unwritten row, DESIGN §10.2).
+NVFP4_ONLY_BREAKAGES = ("q-nan",)
+
+
+def _assert_named_is_bad(e, args: dict, msa_format: bool = False) -> None:
+    """The request, column and value check() names are bad in the step's inputs (the
+    columns a request reads: ``(len - 1) // 128`` of them, the MSA format's ``ceil(len / 128)``)."""
+    assert 0 <= e.request < args["seq_lens"].shape[0], (
+        f"check() names request {e.request} of {args['seq_lens'].shape[0]}"
+    )
     seq = int(args["seq_lens"][e.request])
     if e.argument == "seq_lens":
         assert e.column == -1 and e.value == seq and (seq < 0 or 0 < seq < args["query_len"]), e
     else:
-        read = min(max(seq - 1, 0) // PAGE, args["block_table"].shape[1]) if seq >= 1 else 0
+        reads = -(-seq // PAGE) if msa_format else max(seq - 1, 0) // PAGE
+        read = min(reads, args["block_table"].shape[1]) if seq >= 1 else 0
         assert 0 <= e.column < read, f"column {e.column} is not read by request {e.request} ({read} read)"
         value = int(args["block_table"][e.request, e.column])
         assert e.value == value and not 0 <= value < args["k_cache"].shape[0], e
 
 
 def inputs_examples():
-    """(config, breakage): a decode example and one named way to break its input
-    (``BREAKAGES``: host-checked; ``DEVICE_BREAKAGES``: judged on the device)."""
-    return st.tuples(decode_configs(max_pages=40), st.sampled_from(sorted(BREAKAGES) + sorted(DEVICE_BREAKAGES)))
+    """(config, breakage): a decode example of either format and one named way to break its
+    input (``BREAKAGES``: host-checked; ``DEVICE_BREAKAGES``: judged on the device)."""
+    names = st.sampled_from(sorted(BREAKAGES) + sorted(DEVICE_BREAKAGES))
+    nvfp4 = st.tuples(decode_configs(max_pages=40), names)
+    msa_names = names.filter(lambda n: n not in NVFP4_ONLY_BREAKAGES)
+    return st.one_of(nvfp4, st.tuples(msa_configs(max_pages=40), msa_names))
 
 
 def check_inputs(example, ctx: Context) -> None:
-    """Bad host input raises the documented exception naming the argument, on every entry
-    point (reference paths; the fast CP and stock plan + forward), never crashes or hangs."""
+    """Bad input raises the documented exception naming the argument, on every entry point
+    of the example's format (the reference paths; the fast CP and stock plan + forward),
+    never crashes or hangs; a value judged on the device gives its request's rows -1 and a
+    check() naming that request (not a row), its column and its value."""
     from fast.cp import IndexerDecodeCP
     from fast.errors import DecodeInputError
+    from fast.msa.cp import MsaDecodeCP
+    from fast.msa.stock import MsaStockDecode
     from fast.stock import StockDecode
     from fast.symm import SingleRankSymmetric
+    from reference import msa
 
     cfg, name = example
     if isinstance(cfg, dict):
         cfg = DecodeConfig(**cfg)
+    msa_format = cfg.key_format != "nvfp4"
+    if msa_format and name in NVFP4_ONLY_BREAKAGES:
+        raise ValueError(f"example: breakage {name!r} is none in the {cfg.key_format} format")
     on_device = name in DEVICE_BREAKAGES
     if on_device:
         arg, breakage = DEVICE_BREAKAGES[name]
         exc = ValueError
     else:
         arg, exc, breakage = BREAKAGES[name]
-    args = cfg.build().to_dict()
+    case = cfg.build()
+    windows = case.windows() if msa_format else {}
+    args = dict(zip(("index_q", "k_cache", "block_table", "seq_lens", "query_len"), case.args()))
     args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in args.items()}
     batch, heads = args["seq_lens"].shape[0], args["index_q"].shape[1]
     bad_request = breakage(args)
     order = ("index_q", "k_cache", "block_table", "seq_lens", "query_len")
-    calls = {
-        "full": lambda: reference.full_decode(*(args[k] for k in order)),
-        "stock": lambda: reference.stock_decode(*(args[k] for k in order)),
-        "cp": lambda: reference.cp_decode(*(args[k] for k in order), cp=cfg.cp),
-    }
+    if msa_format:
+        calls = {
+            "msa-full": lambda: msa.full_decode(*(args[k] for k in order), **windows),
+            "msa-cp": lambda: msa.cp_decode(*(args[k] for k in order), **windows, cp=cfg.cp),
+        }
+    else:
+        calls = {
+            "full": lambda: reference.full_decode(*(args[k] for k in order)),
+            "stock": lambda: reference.stock_decode(*(args[k] for k in order)),
+            "cp": lambda: reference.cp_decode(*(args[k] for k in order), cp=cfg.cp),
+        }
     dev = ctx.device()
+    fmt = dict(key_format=cfg.key_format, **windows) if msa_format else {}
+    cp_state, stock_state = (MsaDecodeCP, MsaStockDecode) if msa_format else (IndexerDecodeCP, StockDecode)
 
     def fast(make_state):
         state = make_state()
@@ -432,14 +467,14 @@ def check_inputs(example, ctx: Context) -> None:
             try:
                 state.check()
             except DecodeInputError as e:
-                _assert_named_is_bad(e, args)
+                _assert_named_is_bad(e, args, msa_format)
                 raise
 
     if name not in ("q-nan",):  # the fast path checks metadata only (no device sync)
         calls["fast-cp"] = lambda: fast(
-            lambda: IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
+            lambda: cp_state(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev), **fmt)
         )
-        calls["fast-stock"] = lambda: fast(lambda: StockDecode(heads=heads, max_reqs=batch, device=dev))
+        calls["fast-stock"] = lambda: fast(lambda: stock_state(heads=heads, max_reqs=batch, device=dev, **fmt))
     for where, call in calls.items():
         try:
             call()

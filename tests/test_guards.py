@@ -322,3 +322,54 @@ def test_scorers_guard_the_id_bounds_at_their_edges(fmt, edge):
             else:
                 assert record.tolist() == [0, 0, 0, 0, 0], (kernel, edge, record)
             assert torch.equal(got.nan_to_num(7.0), want.nan_to_num(7.0)), (kernel, edge, request)
+
+
+def _msa_decode(path: str, fmt: str, table, lens):
+    """One forward of the BF16 / FP8 format's ``path`` ("cp": CP = 1, or "stock") on CASE's
+    lengths; returns (out, state, case)."""
+    from fast import MsaDecodeCP, MsaStockDecode
+    from reference import msa
+
+    case = msa.make_case(3, CASE.seq_lens.tolist(), dtype=fmt, query_len=Q, heads=2, pattern="late", init_blocks=1)
+    windows = dict(key_format=fmt, **case.windows())
+    state = (
+        MsaDecodeCP(heads=2, max_reqs=4, symm=SingleRankSymmetric(DEV), **windows)
+        if path == "cp"
+        else MsaStockDecode(heads=2, max_reqs=4, device=DEV, **windows)
+    )
+    plan = state.plan(on(table if table is not None else case.block_table), on(lens))
+    out = on(torch.full((case.index_q.shape[0], 2, 16), -7, dtype=torch.int32))
+    state.forward(state.new_layer(), plan, on(case.index_q), on(case.k_cache), out, Q)
+    return out.cpu(), state, case
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("kind", sorted(BAD_IDS))
+def test_msa_decodes_record_the_request_column_and_id(path, kind):
+    """The BF16 / FP8 decodes' record, every field: the request (not one of its rows: Q = 2),
+    the column, the id, and the code (a bad id, not a bad length)."""
+    from reference import msa
+
+    b, column, value = BAD_IDS[kind]
+    case = msa.make_case(3, CASE.seq_lens.tolist(), dtype="fp8", query_len=Q, heads=2, pattern="late", init_blocks=1)
+    table = case.block_table.clone()
+    table[b, column] = value
+    out, state, _ = _msa_decode(path, "fp8", table, CASE.seq_lens)
+    assert bool((out[_rows(b)] == -1).all())
+    with pytest.raises(BadBlockIdError) as info:
+        state.check()
+    assert (info.value.request, info.value.column, info.value.value) == (b, column, value)
+    assert state.error.tolist() == [0, 1, b, column, value]
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+@pytest.mark.parametrize("b,length", [(1, -1), (3, -(2**31)), (3, 1)])
+def test_msa_decodes_record_a_bad_length(path, b, length):
+    lens = CASE.seq_lens.clone()
+    lens[b] = length
+    out, state, _ = _msa_decode(path, "bf16", None, lens)
+    assert bool((out[_rows(b)] == -1).all())
+    with pytest.raises(BadLengthError) as info:
+        state.check()
+    assert (info.value.request, info.value.column, info.value.value) == (b, -1, length)
+    assert state.error.tolist() == [0, 2, b, -1, length]
