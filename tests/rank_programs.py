@@ -138,14 +138,20 @@ def bad_input_then_reset_on_rank(ctx, case: dict, bad_table: torch.Tensor, bad_l
     return {"heads": rank.owned, "bad_out": outs[0], "error": error, "good_out": outs[1], "clean": True}
 
 
+# The spin bound while a test checks that no spin gives up (its delays are a fraction of the
+# bound the test's timeouts used; this leaves any load's delays room). A wait that never ends
+# still ends here, as a failure.
+LIFTED_BOUND_S = 60.0
+
+
 def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, steps: int, seed: int) -> dict:
     """A missing peer, reported, then recovery in place. Step A: every rank (a normal
     step, timed). Step B: rank 1 never calls forward, so rank 0's exchange gives up after
-    the state's time bound (rank 1 sleeps past it: a peer that only arrives late is no
-    error). Step C: every rank again; rank 1's merge gives up too (rank 0, flagged, pushes
+    the state's time bound (rank 1 waits at a host barrier until it has: a peer that only
+    arrives late is no error). Step C: every rank again; rank 1's merge gives up too (rank 0, flagged, pushes
     nothing). Each rank's check() must raise PeerTimeoutError; then reset() on every rank
     and ``steps`` back-to-back forwards with new queries every step (``step_queries(seed)``),
-    rank 1 pushing half a time bound late in steps 1 and 3. Returns ``{"heads", "step_s":
+    rank 1 pushing half a time bound late in steps 1 and 3 (the bound lifted meanwhile). Returns ``{"heads", "step_s":
     step A's seconds, "reported_s": rank 0's seconds from step B's forward to check()
     raising (None elsewhere), "raised": [exception names after B (rank 0) and C], "outs":
     the steps' outputs}``."""
@@ -169,18 +175,23 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
         step()
         names.append(raised())
         reported_s = time.monotonic() - start
-    else:
-        time.sleep(1.5 * state.timeout_s)  # missing until its peer gave up (else it is only late)
+    # Rank 1 stays missing until every other rank's exchange gave up (the host barrier after
+    # their check()): missing, not only late, however long a loaded machine makes step B.
+    ctx.symm.barrier()
     step()
     names.append(raised())
     state.reset()
     # Rank 1's push of step C landed in rank 0's candidates after rank 0 gave up: only
     # reset() clears them. In the odd steps after it (the set they are in) rank 1 pushes
     # late, so a rank 0 that finds stale candidates there merges them instead of waiting.
+    # Late is half the bound the timeouts above had, and the bound is lifted while this is
+    # checked: no spin may give up here, and a loaded machine's delays must not make one.
+    late_s = 0.5 * state.timeout_s
+    state.timeout_s, state._timeout_ns = LIFTED_BOUND_S, int(LIFTED_BOUND_S * 1e9)
     push = state._push
 
     def late_push(*args):
-        time.sleep(0.5 * state.timeout_s)
+        time.sleep(late_s)
         push(*args)
 
     outs = []
