@@ -48,6 +48,7 @@ class Bug:
     new: str
     tests: tuple[str, ...]
     target: str
+    gpu: bool = False  # in code only GPUs run (Gluon kernels, PDL, bulk copies): a CPU run skips it
 
 
 def _from_mutant(m) -> Bug:
@@ -58,12 +59,16 @@ def _from_mutant(m) -> Bug:
         tests = MSA_CP_TESTS + MSA_TESTS
     else:
         tests = CP_TESTS
-    return Bug(m.name, m.module.replace(".", "/") + ".py", m.old, m.new, tests, m.target)
+    if m.gpu_only:  # the GPU tiers of its subject
+        tests = GPU_MSA_TESTS if m.name.startswith("msa") else GPU_NVFP4_TESTS
+    return Bug(m.name, m.module.replace(".", "/") + ".py", m.old, m.new, tests, m.target, gpu=m.gpu_only)
 
 
-# (not the GPU-only mutants: the campaign's pytest runs on CPUs cannot kill them, and the
-# teeth test runs them where a GPU is)
-BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
+# The GPU tiers the GPU-only bugs need (a CPU run lists those bugs and runs none).
+GPU_NVFP4_TESTS = ("tests/test_gpu_scorer.py", "tests/test_scorer.py", "tests/test_gpu_graphs.py")
+GPU_MSA_TESTS = ("tests/test_msa_scorer.py", "tests/test_msa_stock.py", "tests/test_gpu_graphs.py")
+
+BUGS = [_from_mutant(m) for m in MUTANTS] + [
     # The reference: formats, scores, both keys, the CP simulation, its checks.
     Bug(
         "E2M1 magnitudes in the wrong sign half",
@@ -572,6 +577,35 @@ BUGS = [_from_mutant(m) for m in MUTANTS if not m.gpu_only] + [
         "            record_input(err_ptr, tl.where(column < 2**31 - 1, _BAD_BLOCK, 0), b, value, column)\n",
         ("tests/test_guards.py -k edges",),
         "inputs",
+    ),
+    # Code only GPUs run: the wgmma scorer and the PDL order (compiled out under the
+    # interpreter). Listed on every machine; run where a GPU is (docs/CAMPAIGN.md).
+    Bug(
+        "wgmma scorer stores its own page",
+        "fast/kernels/scorer_wgmma.py",
+        "(j[:, None] < own[None, :])",
+        "(j[:, None] <= own[None, :])",
+        GPU_NVFP4_TESTS,
+        "kernels",
+        gpu=True,
+    ),
+    Bug(
+        "q exchange reads index_q before its producer is done",
+        "fast/kernels/cp.py",
+        "    pdl_wait(PDL)  # for index_q's producer\n",
+        "",
+        ("tests/test_gpu_graphs.py", "tests/test_cp_one_rank.py"),
+        "protocol",
+        gpu=True,
+    ),
+    Bug(
+        "merge re-arms a short row's tile before the scorer is done",
+        "fast/kernels/cp.py",
+        "            pdl_wait(PDL)  # no push for this row: make sure the scorer is done before re-arming\n",
+        "            pass\n",
+        ("tests/test_gpu_graphs.py", "tests/test_cp_one_rank.py"),
+        "protocol",
+        gpu=True,
     ),
     # The error record's fields, per entry point that records (both formats).
     Bug(

@@ -107,6 +107,13 @@ def run_bug(bug: Bug, budget_s: float = 600.0, fuzz: bool = True) -> Outcome:
     return Outcome(bug.name, False, "-", time.monotonic() - start)
 
 
+def _gpus() -> int:
+    """CUDA GPUs this machine shows the campaign's runs (0: the GPU bugs are listed only)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def _run_group(cmd: list[str], cwd: Path, env: dict, timeout_s: float) -> tuple[int | None, str]:
     """(exit status, stdout) of ``cmd`` in a process group of its own, or (None, ...) past
     ``timeout_s`` — then the whole group is killed: a multi-rank test's ranks (the test
@@ -141,13 +148,23 @@ def campaign(bugs: list[Bug], budget_s: float, fuzz: bool = True, stream=sys.std
     seconds; then the kill rate (equivalent survivors named with their reason)."""
     outcomes = []
     print(f"{'bug':<56} {'verdict':<9} {'seconds':>7}  by", file=stream)
+    gpus = _gpus()
+    skipped = [b.name for b in bugs if b.gpu and not gpus]
     for bug in bugs:
+        if bug.gpu and not gpus:  # listed, not run: no kernel here runs its code
+            print(f"{bug.name:<56} {'GPU':<9} {0:7.0f}  (not run: no GPU)", file=stream, flush=True)
+            continue
         o = run_bug(bug, budget_s, fuzz)
         outcomes.append(o)
         verdict = "killed" if o.killed else ("equivalent" if bug.name in EQUIVALENT else "SURVIVED")
         print(f"{bug.name:<56} {verdict:<9} {o.seconds:7.0f}  {o.by}", file=stream, flush=True)
     killed = sum(o.killed for o in outcomes)
     print(f"killed {killed} of {len(outcomes)} ({killed / max(1, len(outcomes)):.0%})", file=stream)
+    if skipped:
+        print(
+            f"  {len(skipped)} GPU bugs listed, not run (no GPU visible): run the campaign on a GPU machine",
+            file=stream,
+        )
     for o in outcomes:
         if not o.killed and o.bug in EQUIVALENT:
             print(f"  equivalent: {o.bug}: {EQUIVALENT[o.bug]}", file=stream)

@@ -114,7 +114,7 @@ def _mutants(args) -> int:
         return 2
     if args.list:
         for b in bugs:
-            print(f"{b.name:<56} {b.file:<28} {b.target}")
+            print(f"{b.name:<56} {b.file:<28} {b.target}{'  (GPU)' if b.gpu else ''}")
         return 0
     for b in bugs:  # every patch applies before anything runs (a moved snippet is an error)
         try:

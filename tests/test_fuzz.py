@@ -152,3 +152,22 @@ def test_campaign_bugs_apply_once_and_their_names_are_unique():
     day = datetime.date(2026, 12, 2)
     windows = [{b.name for b in rotating(2, day + datetime.timedelta(days=d))} for d in range(len(CI_POOL))]
     assert all(len(w) == 2 for w in windows) and set().union(*windows) == set(CI_POOL)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the listing on a machine without a GPU")
+def test_campaign_lists_gpu_bugs_it_cannot_run():
+    """The mutation campaign's GPU bugs (code only GPUs run: the wgmma scorer, PDL order, bulk
+    copies) are listed on a CPU machine, marked GPU, run nowhere, and kept out of the rate."""
+    import io
+
+    from fuzz.bugs import BUGS
+    from fuzz.campaign import campaign
+
+    gpu = [b for b in BUGS if b.gpu]
+    assert {"wgmma scorer stores its own page", "q exchange reads index_q before its producer is done"} <= {
+        b.name for b in gpu
+    }
+    out = io.StringIO()
+    assert campaign(gpu[:2], budget_s=1, stream=out) == []
+    text = out.getvalue()
+    assert text.count("(not run: no GPU)") == 2 and "killed 0 of 0" in text and "2 GPU bugs listed" in text
