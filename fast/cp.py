@@ -101,6 +101,9 @@ class IndexerDecodeCP:
     # The plan's kernel: compact table, scorer lengths, real lengths, n_local and id bounds
     # (§6's; a format with other rules sets its own, of the same parameters).
     COMPACT_KERNEL = compact_table_kernel
+    # The push: each long row's local top 16 to its owners (a format's takes its own
+    # arguments, ``_push_args``; its select as §6's, ``_push_plan``).
+    PUSH_KERNEL = push_kernel
     # The push's select: programs per row (None: select_split's on a GPU, 1 elsewhere) and
     # the columns one select ranks at once; the policy's unless select.policy.force_select
     # fixed them (the tests' and the bench's every-shape runs).
@@ -336,7 +339,7 @@ class IndexerDecodeCP:
         split, columns, s = split_plan
         rows = plan.batch * query_len
         warps, keys = push_plan
-        push_kernel[(rows, self.heads, split)](
+        self.PUSH_KERNEL[(rows, self.heads, split)](
             plan.scores,
             plan.seq_lens,
             plan.n_local,
@@ -349,7 +352,7 @@ class IndexerDecodeCP:
             self._counts,
             self.rows_max,
             self._recv_elems,
-            plan.scores.shape[2],
+            *self._push_args(plan),
             plan.scores.stride(0),
             plan.scores.stride(1),
             H=self.heads,
@@ -366,6 +369,11 @@ class IndexerDecodeCP:
             QLEN=query_len,
             **pdl_options(self.pdl),
         )
+
+    def _push_args(self, plan: CPPlan) -> tuple:
+        """The push kernel's format arguments (between the shared ones and the score
+        strides): §6's push takes the compact width it ranks; a format sets its own."""
+        return (plan.scores.shape[2],)
 
     def _merge(self, layer: CPLayer, plan: CPPlan, query_len: int, out: torch.Tensor, num_blocks: int) -> torch.Tensor:
         """The merge, forward's last stage: each row's HR heads' 16 best of the CP x 16

@@ -70,6 +70,8 @@ class StockDecode:
     # The top-16's programs per row (None: the policy on a GPU, 1 elsewhere; lowered to
     # what the scratch and the row hold) unless select.policy.force_select fixed it.
     split: int | None = None
+    # The top-16 kernel (a format's takes its own arguments: ``_select_args``, ``_select_width``).
+    SELECT_KERNEL = stock_topk_kernel
 
     def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
@@ -210,7 +212,7 @@ class StockDecode:
         guards' bound). Returns out."""
         split, columns, shape = split_plan
         scores = plan.scores
-        stock_topk_kernel[(plan.batch * query_len, self.heads, split)](
+        self.SELECT_KERNEL[(plan.batch * query_len, self.heads, split)](
             scores,
             plan.seq_lens,
             plan.bounds,
@@ -220,11 +222,12 @@ class StockDecode:
             self._parts,
             self._counts,
             plan.pages,
+            *self._select_args(),
             scores.stride(0),
             scores.stride(1),
             HS=self.heads,
             QLEN=query_len,
-            WIDTH=columns * split,
+            **self._select_width(columns, split),
             SPLIT=split,
             **shape.constexprs(),
             EMULATE_FMA=self.device.type != "cuda",
@@ -232,3 +235,13 @@ class StockDecode:
             **pdl_options(self.pdl),
         )
         return out
+
+    def _select_args(self) -> tuple:
+        """The select kernel's format arguments (between the shared ones and the score
+        strides): §5's top-16 takes none; a format sets its own."""
+        return ()
+
+    def _select_width(self, columns: int, split: int) -> dict:
+        """The select kernel's constexpr of the row it ranks: §5's, the whole row's width
+        (``split`` programs of ``columns`` columns)."""
+        return {"WIDTH": columns * split}

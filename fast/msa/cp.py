@@ -10,7 +10,6 @@ import triton
 from indexer_constants import HEAD_DIM, SLOTS
 
 from .. import checks
-from ..backend import pdl_options
 from ..cp import CPLayer, CPPlan, IndexerDecodeCP
 from ..select.policy import push_warps
 from ..symm import Symmetric
@@ -35,6 +34,7 @@ class MsaDecodeCP(IndexerDecodeCP):
     # Its plan: the compact table (-1 past P), real lengths of long requests (0 otherwise),
     # this rank's read columns (n_local) and the id bounds of every rank's read columns.
     COMPACT_KERNEL = msa_compact_table_kernel
+    PUSH_KERNEL = msa_push_kernel
 
     def __init__(
         self,
@@ -104,38 +104,6 @@ class MsaDecodeCP(IndexerDecodeCP):
         split, columns, s = split_plan
         return push_warps(rows * self.heads * split, columns <= s.chunk, self._sms, False), 0
 
-    def _push(
-        self, layer: CPLayer, plan: CPPlan, query_len: int, split_plan: tuple, push_plan: tuple, num_blocks: int
-    ) -> None:
-        """Each long row's top 16 of this rank's candidates into its owners' slots."""
-        split, columns, s = split_plan
-        msa_push_kernel[(plan.batch * query_len, self.heads, split)](
-            plan.scores,
-            plan.seq_lens,
-            plan.n_local,
-            plan.bounds,
-            num_blocks,
-            layer.recv.ptrs,
-            layer.current,
-            self.error,
-            self._parts,
-            self._counts,
-            self.rows_max,
-            self._recv_elems,
-            self.init_blocks,
-            self.local_blocks,
-            plan.scores.stride(0),
-            plan.scores.stride(1),
-            H=self.heads,
-            HR=self.layout.heads_per_rank,
-            R=self.layout.replicas,
-            CP=self.cp,
-            RANK=self.rank,
-            QLEN=query_len,
-            SPLIT=split,
-            SLICE=columns,
-            **s.constexprs(),
-            SORT=self.device.type == "cuda",
-            num_warps=push_plan[0],
-            **pdl_options(self.pdl),
-        )
+    def _push_args(self, plan: CPPlan) -> tuple:
+        """§10.4's push takes the forced windows (it ranks the columns between them)."""
+        return (self.init_blocks, self.local_blocks)

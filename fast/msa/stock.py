@@ -9,7 +9,6 @@ import torch
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
 from .. import checks
-from ..backend import pdl_options
 from ..stock import StockDecode, StockPlan
 from .kernels.select import msa_bounds_kernel, msa_stock_select_kernel
 from .scorer import KEY_FORMATS, score_blocks
@@ -28,6 +27,7 @@ class MsaStockDecode(StockDecode):
     """
 
     BOUNDS_KERNEL = msa_bounds_kernel
+    SELECT_KERNEL = msa_stock_select_kernel
 
     def __init__(
         self,
@@ -77,35 +77,13 @@ class MsaStockDecode(StockDecode):
             pdl=self.pdl,
         )
 
-    def _select(
-        self, plan: StockPlan, out: torch.Tensor, query_len: int, split_plan: tuple, num_blocks: int
-    ) -> torch.Tensor:
-        split, columns, shape = split_plan
-        scores = plan.scores
-        msa_stock_select_kernel[(plan.batch * query_len, self.heads, split)](
-            scores,
-            plan.seq_lens,
-            plan.bounds,
-            num_blocks,
-            self.error,
-            out,
-            self._parts,
-            self._counts,
-            plan.pages,
-            self.init_blocks,
-            self.local_blocks,
-            scores.stride(0),
-            scores.stride(1),
-            HS=self.heads,
-            QLEN=query_len,
-            SLICE=columns,
-            SPLIT=split,
-            **shape.constexprs(),
-            EMULATE_FMA=self.device.type != "cuda",
-            SORT=self.device.type == "cuda",
-            **pdl_options(self.pdl),
-        )
-        return out
+    def _select_args(self) -> tuple:
+        """§10.3's select takes the forced windows (it ranks the blocks between them)."""
+        return (self.init_blocks, self.local_blocks)
+
+    def _select_width(self, columns: int, split: int) -> dict:
+        """§10.3's select takes the columns of one program's slice."""
+        return {"SLICE": columns}
 
 
 def msa_stock_decode(
