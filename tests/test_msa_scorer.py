@@ -267,7 +267,7 @@ def test_tensor_copies_and_1d_copies_fill_the_ring_alike(dtype, heads, first_slo
     cp.async ring runs both ways), on random keys: a run read from another row's
     swizzle slot shows. And a graph captured on a cache no call has seen scores as the
     eager call does, through the 1D copies, its map built by the first eager call."""
-    from fast import tensor_map
+    from fast.msa import tensor_map
 
     lens = [seq_len_for(8, 37), seq_len_for(3, 127), seq_len_for(9, 0), 0]
     case = msa.make_case(5, lens, dtype=dtype, query_len=query_len, heads=heads, table_width=9)

@@ -16,6 +16,7 @@ from fast.route import device_route, route_for
 from fast.scorer import plan_scorer
 from fast.stock import StockDecode
 from indexer_constants import PAGE, SLOTS
+from support import DEV
 
 # (capability, route, PDL): sm_90 Hopper's kernels; every other CUDA GPU Triton supports
 # the portable ones, PDL from sm_90 on.
@@ -165,8 +166,9 @@ def test_e4m3_bytes_convert_exactly_without_the_hardware_conversion():
     """The portable kernels' E4M3 -> fp16 (integer arithmetic: sm_80 / 86 have no
     conversion) on all 256 bytes, against torch's, NaN bytes included."""
     src = torch.arange(256, dtype=torch.int32).to(torch.uint8)
-    dst = torch.empty(256, dtype=torch.float16)
-    _convert[(1,)](src, dst)
+    dst = torch.empty(256, dtype=torch.float16, device=DEV)
+    _convert[(1,)](src.to(DEV), dst)
+    dst = dst.cpu()
     want = src.view(torch.float8_e4m3fn).to(torch.float16)
     assert torch.equal(dst.isnan(), want.isnan()) and want.isnan().sum() == 2
     ok = ~want.isnan()
