@@ -359,6 +359,7 @@ def compile_kernels(capability: int = 90) -> list[str]:
                     "COLS": 4,
                     "IS_FP8": name == "fp8",
                     "INTERPRETER": False,
+                    "HW_E4M3": capability >= 89,  # fast.route.HW_E4M3_FROM
                     "RECORD": True,
                     "PDL": True,
                     "STAGES": 2,

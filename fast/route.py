@@ -35,6 +35,7 @@ FORCED = ("auto", "portable")
 HOPPER = (9, 0)
 OLDEST = (8, 0)  # the oldest capability Triton compiles these kernels for (bf16 MMA, cp.async)
 PDL_FROM = (9, 0)  # griddepcontrol: Hopper and newer
+HW_E4M3_FROM = (8, 9)  # cvt from E4M3: Ada and newer (Triton compiles float8e4nv from sm_89)
 # What has run on which GPU (the README's requirements say the same).
 SUPPORTED = "sm_90 takes the Hopper kernels; sm_80, 86, 89, 100 and 120 the portable Triton kernels"
 
@@ -70,6 +71,12 @@ class Route:
         """The hardware can run the Hopper kernels (what a test or the bench may pick by
         name, whatever the route)."""
         return self.capability == HOPPER
+
+    @property
+    def hw_e4m3(self) -> bool:
+        """The device converts E4M3 in hardware (sm_89 and newer; the interpreter emulates
+        it): else the kernels convert in integer arithmetic (``kernels.e4m3``)."""
+        return self.capability is None or self.capability >= HW_E4M3_FROM
 
     def describe(self) -> str:
         """One line for the log: the route, the device and what the route runs there."""

@@ -10,7 +10,7 @@ import triton.language as tl
 
 import fast  # noqa: F401  (settles the backend before the kernels load)
 from fast import route as routes
-from fast.kernels.e4m3 import e4m3_to_f16
+from fast.kernels.e4m3 import e4m3_bytes_to_f16, e4m3_to_f16
 from fast.msa.scorer import block_kernel, hopper_kernel
 from fast.route import device_route, route_for
 from fast.scorer import plan_scorer
@@ -36,6 +36,7 @@ def test_each_capability_takes_its_route(capability, name, pdl):
     assert (route.name, route.pdl, route.capability, route.forced) == (name, pdl, capability, False)
     assert route.nvfp4_scorer == ("wgmma" if name == "hopper" else "table")
     assert route.sm90 == (capability == (9, 0))
+    assert route.hw_e4m3 == (capability >= (8, 9))  # sm_80 / 86 convert E4M3 in integers
     assert f"sm_{capability[0]}{capability[1]}" in route.describe() and name in route.describe()
 
 
@@ -157,19 +158,25 @@ def test_score_blocks_default_kernel_follows_the_route(capability, name, pdl, dt
 
 
 @triton.jit
-def _convert(src, dst):
+def _convert(src, dst, HW: tl.constexpr):
     i = tl.arange(0, 256)
-    tl.store(dst + i, e4m3_to_f16(tl.load(src + i)))
+    if HW:
+        tl.store(dst + i, e4m3_bytes_to_f16(tl.load(src + i), True))
+    else:
+        tl.store(dst + i, e4m3_to_f16(tl.load(src + i)))
 
 
-def test_e4m3_bytes_convert_exactly_without_the_hardware_conversion():
-    """The portable kernels' E4M3 -> fp16 (integer arithmetic: sm_80 / 86 have no
-    conversion) on all 256 bytes, against torch's, NaN bytes included."""
+@pytest.mark.parametrize("hw", [False, True])
+def test_e4m3_bytes_convert_exactly_with_or_without_the_hardware_conversion(hw):
+    """E4M3 -> fp16 in integer arithmetic (the portable kernels' on sm_80 / 86, which have
+    no conversion) and by the hardware, on all 256 bytes, against torch's, NaN bytes
+    included."""
     src = torch.arange(256, dtype=torch.int32).to(torch.uint8)
     dst = torch.empty(256, dtype=torch.float16, device=DEV)
-    _convert[(1,)](src.to(DEV), dst)
+    _convert[(1,)](src.to(DEV), dst, HW=hw)
     dst = dst.cpu()
     want = src.view(torch.float8_e4m3fn).to(torch.float16)
-    assert torch.equal(dst.isnan(), want.isnan()) and want.isnan().sum() == 2
+    if not hw:  # the kernels zero NaN bytes before the hardware's conversion; the integer one keeps them NaN
+        assert torch.equal(dst.isnan(), want.isnan()) and want.isnan().sum() == 2
     ok = ~want.isnan()
     assert torch.equal(dst[ok].view(torch.int16), want[ok].view(torch.int16))  # bits: -0 stays -0

@@ -1,11 +1,12 @@
-"""E4M3 bytes to fp16 in integer arithmetic: the portable kernels' conversion.
+"""E4M3 bytes to fp16: the hardware conversion where the GPU has one, else in integer
+arithmetic (the portable kernels' on sm_80 / 86).
 
 Triton compiles the hardware conversion (``.to(tl.float8e4nv, bitcast=True)``) only from
-sm_89 on; sm_80 / 86 have none. Every E4M3 value is an fp16 one: place the byte's exponent
-and mantissa bits where fp16's sit and the fp16 read so is the E4M3 value times 2^-8 (the
-biases differ by 8; subnormals alike, fp16's reaching far lower), so one exact
-multiplication by 256 finishes it. A NaN byte (0x7F, 0xFF) gives NaN, as the hardware's
-conversion does.
+sm_89 on; sm_80 / 86 have none (``fast.route.Route.hw_e4m3`` says which). Every E4M3
+value is an fp16 one: place the byte's exponent and mantissa bits where fp16's sit and the
+fp16 read so is the E4M3 value times 2^-8 (the biases differ by 8; subnormals alike,
+fp16's reaching far lower), so one exact multiplication by 256 finishes it. A NaN byte
+(0x7F, 0xFF) gives NaN, as the hardware's conversion does.
 """
 
 import triton
@@ -19,3 +20,14 @@ def e4m3_to_f16(bits):
     half = ((b & 0x80) << 8) | ((b & 0x7F) << 7)  # sign to bit 15; exponent and mantissa below
     value = half.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32) * 256.0
     return tl.where((b & 0x7F) == 0x7F, float("nan"), value).to(tl.float16)
+
+
+@triton.jit
+def e4m3_bytes_to_f16(bits, HW: tl.constexpr):
+    """fp16 values of E4M3 bytes: with HW the hardware conversion (sm_89 and newer, and the
+    interpreter), else ``e4m3_to_f16``'s integer arithmetic; the same values either way."""
+    if HW:
+        value = bits.to(tl.float8e4nv, bitcast=True).to(tl.float16)
+    else:
+        value = e4m3_to_f16(bits)
+    return value

@@ -321,6 +321,7 @@ def run_block_scorer(
         ROWS=max(16, triton.next_power_of_2(live)),
         COLS=cols,
         INTERPRETER=os.environ.get("TRITON_INTERPRET") == "1",
+        HW_E4M3=route.hw_e4m3,
         STAGES=STAGES[k_cache.dtype],
         **common,
     )

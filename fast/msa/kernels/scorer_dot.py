@@ -3,11 +3,12 @@ GPUs and the interpreter.
 
 The page's 128 tokens sit on M and the query rows on N of one ``tl.dot`` with 16-bit
 operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32). E4M3 to f16
-is exact, and in integers (``kernels.e4m3``: sm_80 / 86 have no conversion). Elements
-arrive as their bits (uint8 / int16), because "unwritten" is a bit pattern: a query row
-holding a NaN element stores NaN, and its operand is zeroed. The interpreter has no bf16
-arithmetic (it reads bf16 as integers), so there (``INTERPRETER``) bf16 bits are widened
-to fp32 exactly and the dot is an IEEE fp32 one, its products exact as a bf16 MMA's are.
+is exact (``kernels.e4m3``: by the hardware, or in integers on sm_80 / 86, which have
+none). Elements arrive as their bits (uint8 / int16), because "unwritten" is a bit
+pattern: a query row holding a NaN element stores NaN, and its operand is zeroed. The
+interpreter has no bf16 arithmetic (it reads bf16 as integers), so there (``INTERPRETER``)
+bf16 bits are widened to fp32 exactly and the dot is an IEEE fp32 one, its products exact
+as a bf16 MMA's are.
 """
 
 import triton
@@ -16,7 +17,7 @@ import triton.language as tl
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from ...kernels.device import pdl_wait
-from ...kernels.e4m3 import e4m3_to_f16
+from ...kernels.e4m3 import e4m3_bytes_to_f16
 from ...kernels.guards import BAD_BLOCK, record_input
 from ...kernels.rules import query_position
 
@@ -46,13 +47,14 @@ def is_nan_element(raw, IS_FP8: tl.constexpr):
 
 
 @triton.jit
-def to_operand(raw, IS_FP8: tl.constexpr, INTERPRETER: tl.constexpr):
-    """The MMA operand of raw elements: f16 from E4M3 bytes; bf16 from int16 bits, or under
+def to_operand(raw, IS_FP8: tl.constexpr, INTERPRETER: tl.constexpr, HW_E4M3: tl.constexpr):
+    """The MMA operand of raw elements: f16 from E4M3 bytes (with HW_E4M3 the hardware's
+    conversion, else integer arithmetic: ``kernels.e4m3``); bf16 from int16 bits, or under
     ``INTERPRETER`` their fp32 widening."""
     # One return after a constexpr if / elif / else: the compiler builds what follows an
     # early return in a constexpr branch as well.
     if IS_FP8:  # exact (NaN bytes aside, which the caller zeroes or masks)
-        operand = e4m3_to_f16(raw)
+        operand = e4m3_bytes_to_f16(raw, HW_E4M3)
     elif INTERPRETER:
         operand = bf16_bits_to_f32(raw)
     else:
@@ -84,6 +86,7 @@ def msa_score_kernel(
     COLS: tl.constexpr,  # columns per program
     IS_FP8: tl.constexpr,
     INTERPRETER: tl.constexpr,  # operands the interpreter's way (above)
+    HW_E4M3: tl.constexpr,  # E4M3 keys by the hardware's conversion (sm_89 and newer: fast.route)
     RECORD: tl.constexpr,  # record a bad id in err_ptr's record
     PDL: tl.constexpr,
     STAGES: tl.constexpr,  # software pipeline depth of the column loop (GPUs)
@@ -107,7 +110,7 @@ def msa_score_kernel(
         tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (_SLOTS * HS * _DIM)
         q_raw = tl.load(tile + r[None, :] * _DIM + d[:, None], mask=live_row[None, :], other=0)  # [128, ROWS]
         unwritten = tl.max(is_nan_element(q_raw, IS_FP8).to(tl.int32), axis=0) > 0  # [ROWS]
-        q = to_operand(tl.where(unwritten[None, :], 0, q_raw), IS_FP8, INTERPRETER)
+        q = to_operand(tl.where(unwritten[None, :], 0, q_raw), IS_FP8, INTERPRETER, HW_E4M3)
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
         bad_column = _NONE
         bad_id = _NONE
@@ -120,7 +123,7 @@ def msa_score_kernel(
             ok = col & (block >= 0) & (block < num_blocks)
             page = tl.where(ok, block, 0).to(tl.int64) * (_PAGE * _DIM)
             k_raw = tl.load(k_ptr + page + t[:, None] * _DIM + d[None, :], mask=ok, other=0)
-            k = to_operand(k_raw, IS_FP8, INTERPRETER)  # [128 tokens, 128]
+            k = to_operand(k_raw, IS_FP8, INTERPRETER, HW_E4M3)  # [128 tokens, 128]
             if INTERPRETER:
                 acc = tl.dot(k, q, input_precision="ieee", out_dtype=tl.float32)  # [128 tokens, ROWS]
             else:
