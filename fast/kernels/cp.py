@@ -38,7 +38,7 @@ from ..select.levels import (
     KEY_EXACT,
     RANKED,
     keys_to_pages,
-    row_top16,
+    push_row_top16,
     select16_rows,
     store_warp_slots,
     value_keys,
@@ -276,20 +276,17 @@ def push_kernel(
                 )
                 _push(best, dst, healthy)
         else:
-            best, done = row_top16(
+            best, done = push_row_top16(
                 row_ptr,
                 n_rank,
                 s,
                 chunk,
                 cols,
-                part_ptr + (t * H + h) * (SPLIT * _TOPK),
-                count_ptr + t * H + h,
-                KEY_EXACT,
+                part_ptr,
+                count_ptr,
+                t * H + h,
                 CP,
                 RANK,
-                0.0,
-                0.0,
-                False,
                 SLICE,
                 SPLIT,
                 CHUNK,

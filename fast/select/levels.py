@@ -307,6 +307,53 @@ def row_top16(
 
 
 @triton.jit
+def push_row_top16(
+    row_ptr,
+    n,
+    s,
+    loaded,
+    cols,
+    part_ptr,
+    count_ptr,
+    row,
+    CP: tl.constexpr,
+    RANK: tl.constexpr,
+    SLICE: tl.constexpr,
+    SPLIT: tl.constexpr,
+    CHUNK: tl.constexpr,
+    SUPERS: tl.constexpr,
+    PER_SUPER: tl.constexpr,
+    GROUP: tl.constexpr,
+    SORT: tl.constexpr,
+):
+    """``row_top16`` as both formats' CP pushes rank a row: exact keys (KEY_EXACT) of page
+    ``j * CP + RANK`` for column j, in the split's scratch and count of ``row`` (the push's
+    (row, head) program index: SPLIT x 16 keys and one count each)."""
+    return row_top16(
+        row_ptr,
+        n,
+        s,
+        loaded,
+        cols,
+        part_ptr + row * (SPLIT * TOPK),
+        count_ptr + row,
+        KEY_EXACT,
+        CP,
+        RANK,
+        0.0,
+        0.0,
+        False,
+        SLICE,
+        SPLIT,
+        CHUNK,
+        SUPERS,
+        PER_SUPER,
+        GROUP,
+        SORT,
+    )
+
+
+@triton.jit
 def slice_top16(
     row_ptr,
     n,

@@ -20,7 +20,7 @@ from ...kernels.cp import _push
 from ...kernels.device import pdl_release, pdl_wait, peer_ptr
 from ...kernels.guards import BOUND_WORDS, request_verdict, row_id_bounds
 from ...kernels.rules import is_long_request, is_short_row, own_page
-from ...select.levels import KEY_EXACT, row_top16
+from ...select.levels import push_row_top16
 from .select import msa_output, msa_read_columns
 
 _SLOTS = tl.constexpr(SLOTS)
@@ -137,20 +137,17 @@ def msa_push_kernel(
                 mine = tl.load(row_ptr + cols, mask=cols < count, other=0.0)
             else:
                 mine = tl.zeros([SLICE], tl.float32)  # unused: the slice reads its columns in levels
-            best, done = row_top16(
+            best, done = push_row_top16(
                 row_ptr,
                 count,
                 s,
                 mine,
                 cols,
-                part_ptr + (t * H + h) * (SPLIT * _TOPK),
-                count_ptr + t * H + h,
-                KEY_EXACT,
+                part_ptr,
+                count_ptr,
+                t * H + h,
                 CP,
                 RANK,
-                0.0,
-                0.0,
-                False,
                 SLICE,
                 SPLIT,
                 CHUNK,
