@@ -48,6 +48,7 @@ from ...kernels.guards import BAD_BLOCK, ERR_INPUT
 from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 from ...kernels.rules import query_position
 from . import block_ring
+from .scorer_dot import is_nan_element, to_operand  # arithmetic only: Gluon calls them as Triton does
 
 _PAGE = gl.constexpr(PAGE)
 _DIM = gl.constexpr(HEAD_DIM)
@@ -67,30 +68,6 @@ _RAW_LAYOUT = gl.constexpr(
         shape=[64, 128],
     )
 )
-
-
-# _is_nan and _operand are scorer_dot.py's is_nan_element and to_operand (less the
-# interpreter's branch) again: a Gluon kernel cannot call triton.jit helpers.
-@gluon.jit
-def _is_nan(raw, IS_FP8: gl.constexpr):
-    """True where raw E4M3 bytes (uint8) or BF16 bits (int16) are a NaN (the all-ones
-    "unwritten" element is one)."""
-    b = raw.to(gl.int32)
-    if IS_FP8:
-        nan = (b & 0x7F) == 0x7F
-    else:
-        nan = (b & 0x7FFF) > 0x7F80
-    return nan
-
-
-@gluon.jit
-def _operand(raw, IS_FP8: gl.constexpr):
-    """The 16-bit MMA operand of raw elements: f16 from E4M3 (exact), BF16 as it lies."""
-    if IS_FP8:
-        x = raw.to(gl.float8e4nv, bitcast=True).to(gl.float16)
-    else:
-        x = raw.to(gl.bfloat16, bitcast=True)
-    return x
 
 
 @constexpr_function
@@ -204,7 +181,7 @@ def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
     """The A operand [64, 128] in logical column order (``column_order.logical_columns``)
     from a half-block's raw elements (no data moves between threads: checked at compile
     time)."""
-    return gl.convert_layout(logical_columns(_operand(raw, IS_FP8)), a_layout, assert_trivial=True)
+    return gl.convert_layout(logical_columns(to_operand(raw, IS_FP8, False, True)), a_layout, assert_trivial=True)
 
 
 @gluon.jit
@@ -306,8 +283,8 @@ def msa_score_kernel_mma(
         # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
         # NaN) and are stored as NaN either way, so its elements go in as they are.
         q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
-        q_unwritten = gl.max(_is_nan(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
-        q_op = store_q_tile(logical_columns(_operand(q_raw, IS_FP8)), mma, ROWS)
+        q_unwritten = gl.max(is_nan_element(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
+        q_op = store_q_tile(logical_columns(to_operand(q_raw, IS_FP8, False, True)), mma, ROWS)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = query_position(length, SLOT0)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
