@@ -45,16 +45,23 @@ class Route:
     """Which kernels run on one device.
 
     name: "hopper", "portable" or "interpreter"; device: the device as a person reads it
-    ("NVIDIA H200 (sm_90)"); capability: (major, minor), None under the interpreter; pdl:
-    whether the device has PDL (a decode asked for PDL gets it only then); forced: the
-    portable route taken by ``FAST_ROUTE`` where the capability's route is Hopper's.
+    ("NVIDIA H200 (sm_90)"); capability: (major, minor), None under the interpreter. The
+    rest follows from these.
     """
 
     name: str
     device: str
     capability: tuple[int, int] | None
-    pdl: bool
-    forced: bool = False
+
+    @property
+    def pdl(self) -> bool:
+        """The device has PDL (sm_90 and newer): a decode asked for PDL gets it only then."""
+        return self.capability is not None and self.capability >= PDL_FROM
+
+    @property
+    def forced(self) -> bool:
+        """The portable route taken by ``FAST_ROUTE`` where the capability's is Hopper's."""
+        return self.name == "portable" and self.capability == HOPPER
 
     @property
     def hopper(self) -> bool:
@@ -94,7 +101,7 @@ def route_for(capability: tuple[int, int] | None, device: str = "", force: str =
     if force not in FORCED:
         raise ValueError(f"{ROUTE_ENV}: {force!r} (one of {', '.join(FORCED)})")
     if capability is None:
-        return Route("interpreter", device or "cpu (Triton interpreter)", None, pdl=False)
+        return Route("interpreter", device or "cpu (Triton interpreter)", None)
     major, minor = capability
     label = f"{device} (sm_{major}{minor})" if device else f"sm_{major}{minor}"
     if capability < OLDEST:
@@ -102,10 +109,9 @@ def route_for(capability: tuple[int, int] | None, device: str = "", force: str =
             f"device: {label} is not supported: fast's kernels need sm_80 or newer ({SUPPORTED}); "
             "the reference (python -m reference) runs anywhere"
         )
-    pdl = capability >= PDL_FROM
     if capability == HOPPER and force != "portable":
-        return Route("hopper", label, capability, pdl)
-    return Route("portable", label, capability, pdl, forced=capability == HOPPER)
+        return Route("hopper", label, capability)
+    return Route("portable", label, capability)
 
 
 @functools.cache
