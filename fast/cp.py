@@ -289,6 +289,7 @@ class IndexerDecodeCP:
             q_sel=layer.current,
             q_set_stride=self._tile_words * 4,
             pdl=self.pdl,
+            kernel=self.route.nvfp4_scorer,  # the state's route, taken once at construction
             # the wgmma kernel's PDL options (the Hopper route's scorer)
             prefetch=self.pdl and self.route.hopper,
             release=self.pdl

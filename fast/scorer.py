@@ -251,8 +251,8 @@ def plan_scorer(
 
 def run_scorer(*args, **options) -> None:
     """``plan_scorer``'s launch, run (nothing where there is nothing to score): the decodes'
-    call, which passes their PDL choices (``prefetch``, ``release``), and the tests' where
-    they pick the kernel."""
+    call, which passes their route's kernel and PDL choices (``prefetch``, ``release``), and
+    the tests' where they pick the kernel."""
     launch = plan_scorer(*args, **options)
     if launch is not None:
         launch()

@@ -180,6 +180,7 @@ class StockDecode:
             plan.seq_lens,
             plan.scores[:, :, : plan.pages],
             pdl=self.pdl,
+            kernel=self.route.nvfp4_scorer,  # the state's route, taken once at construction
             # the wgmma kernel's PDL options (the Hopper route's scorer)
             prefetch=self.pdl and self.route.hopper,
             release=self.pdl
