@@ -160,8 +160,9 @@ _MSA_FUNCTION_PART = {
     "_issue_half": "ring",
     "_refill": "ring",
     "_fragment": "convert",
-    "_operand": "convert",
-    "_is_nan": "setup",
+    # scorer_dot's helpers, which the mma scorer calls too
+    "to_operand": "convert",
+    "is_nan_element": "setup",
 }
 MSA_PARTS = ("ring", "convert", "MMA", "mask", "maximum", "setup", "loop", "epilogue", "other")
 
@@ -173,9 +174,10 @@ def _indent(line: str) -> int:
 @functools.cache
 def _msa_line_parts() -> dict[str, dict[int, str]]:
     """Module file name -> (line number -> part) for the MSA mma scorer's own module and
-    the kernel modules it calls (parsed once)."""
-    from fast.kernels import column_order
-    from fast.msa.kernels import scorer_mma
+    the kernel modules it calls (parsed once): column_order, page_maxima, and the dot
+    scorer's helpers with the E4M3 conversion under them."""
+    from fast.kernels import column_order, e4m3
+    from fast.msa.kernels import scorer_dot, scorer_mma
 
     text, functions = _module_functions(scorer_mma)
     own: dict[int, str] = {}
@@ -202,8 +204,13 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
                     j += 1
                 own[i] = "mask"
     _, order = _module_functions(column_order)
+    _, shared = _module_functions(scorer_dot)
+    _, conversion = _module_functions(e4m3)
     return {
         "msa/kernels/scorer_mma.py": own,
+        # the operand and NaN helpers it shares with the dot scorer, and the E4M3 conversion
+        "msa/kernels/scorer_dot.py": {i: _MSA_FUNCTION_PART.get(f, "other") for f, lines in shared for i in lines},
+        "kernels/e4m3.py": {i: "convert" for _, lines in conversion for i in lines},
         "kernels/page_maxima.py": _maxima_line_parts(),
         "kernels/column_order.py": {
             i: "convert" if name == "logical_columns" else "setup" for name, lines in order for i in lines
