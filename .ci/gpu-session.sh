@@ -40,6 +40,11 @@ for s in "$@"; do
     # the portable route (fast.route) forced on this sm_90 GPU: the single-GPU tests of the
     # scorers and decodes, then the multi-rank tier's CP-against-oracle cases
     portable) stage portable 560 "FAST_ROUTE=portable python3 -m pytest -q -n 8 tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py -p no:cacheprovider" ;;
+    # the same files on the route the device takes by itself (sm_90: Hopper), for one run of both
+    hopper) stage hopper 560 "python3 -m pytest -q -n 8 tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py -p no:cacheprovider" ;;
+    hopper-ranks) stage hopper-ranks 400 "python3 -m pytest -q -m 'multirank and not slow' -k 'cp_equals_oracle or msa or table_edge or replicas or missing_peer or back_to_back' -p no:cacheprovider" ;;
+    # the mutation campaign's GPU bugs (fuzz/bugs.py, gpu=True) through their GPU tiers, side by side
+    mutants-gpu) stage mutants-gpu 560 "python3 -m fuzz mutants --gpu --jobs 6 --budget 300" ;;
     portable-ranks) stage portable-ranks 400 "FAST_ROUTE=portable python3 -m pytest -q -m 'multirank and not slow' -k 'cp_equals_oracle or msa or table_edge or replicas' -p no:cacheprovider" ;;
     test-ranks) stage test-ranks 520 "python3 -m pytest -v -s -m 'multirank and not slow' --durations=0" ;;
     race-teeth) stage race-teeth 300 "python3 -m pytest -q -m slow tests/test_gpu_graphs.py" ;;

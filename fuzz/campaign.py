@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,21 +144,32 @@ def rotating(count: int, day: datetime.date | None = None) -> list[Bug]:
     return [pool[(first + i) % len(pool)] for i in range(count)]
 
 
-def campaign(bugs: list[Bug], budget_s: float, fuzz: bool = True, stream=sys.stdout) -> list[Outcome]:
-    """Run ``bugs`` one at a time and print the table: bug, killed or survived, by what,
-    seconds; then the kill rate (equivalent survivors named with their reason)."""
-    outcomes = []
+def campaign(bugs: list[Bug], budget_s: float, fuzz: bool = True, stream=sys.stdout, jobs: int = 1) -> list[Outcome]:
+    """Run ``bugs`` (``jobs`` at a time, each in its own copy of the tree) and print the
+    table: bug, killed or survived, by what, seconds, a row as each bug ends; then the kill
+    rate (equivalent survivors named with their reason). ``jobs`` > 1 is for a machine with
+    cores to spare (a GPU machine's campaign of its GPU bugs): bugs run beside each other
+    share the cores, so their seconds are longer than alone, never their verdicts."""
     print(f"{'bug':<56} {'verdict':<9} {'seconds':>7}  by", file=stream)
     gpus = _gpus()
     skipped = [b.name for b in bugs if b.gpu and not gpus]
-    for bug in bugs:
-        if bug.gpu and not gpus:  # listed, not run: no kernel here runs its code
-            print(f"{bug.name:<56} {'GPU':<9} {0:7.0f}  (not run: no GPU)", file=stream, flush=True)
-            continue
-        o = run_bug(bug, budget_s, fuzz)
-        outcomes.append(o)
-        verdict = "killed" if o.killed else ("equivalent" if bug.name in EQUIVALENT else "SURVIVED")
-        print(f"{bug.name:<56} {verdict:<9} {o.seconds:7.0f}  {o.by}", file=stream, flush=True)
+    for name in skipped:  # listed, not run: no kernel here runs its code
+        print(f"{name:<56} {'GPU':<9} {0:7.0f}  (not run: no GPU)", file=stream, flush=True)
+    runnable = [b for b in bugs if b.name not in skipped]
+
+    def report(o: Outcome) -> Outcome:
+        verdict = "killed" if o.killed else ("equivalent" if o.bug in EQUIVALENT else "SURVIVED")
+        print(f"{o.bug:<56} {verdict:<9} {o.seconds:7.0f}  {o.by}", file=stream, flush=True)
+        return o
+
+    if jobs == 1:
+        outcomes = [report(run_bug(bug, budget_s, fuzz)) for bug in runnable]
+    else:  # each bug's runs are subprocesses: threads only wait on them
+        with ThreadPoolExecutor(jobs) as pool:
+            futures = [pool.submit(run_bug, bug, budget_s, fuzz) for bug in runnable]
+            outcomes = [report(f.result()) for f in as_completed(futures)]
+        order = {b.name: i for i, b in enumerate(runnable)}
+        outcomes.sort(key=lambda o: order[o.bug])
     killed = sum(o.killed for o in outcomes)
     print(f"killed {killed} of {len(outcomes)} ({killed / max(1, len(outcomes)):.0%})", file=stream)
     if skipped:

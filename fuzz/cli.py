@@ -68,6 +68,8 @@ def main(argv=None) -> int:
         "--budget", type=_positive(float), default=600.0, help="seconds per bug (its tests and its fuzz smoke)"
     )
     mutants.add_argument("--no-fuzz", action="store_true", help="the bugs' tests only, no fuzz smoke")
+    mutants.add_argument("--gpu", action="store_true", help="the bugs marked GPU only (on a GPU machine)")
+    mutants.add_argument("--jobs", type=_positive(int), default=1, help="bugs run at a time (default 1)")
     mutants.add_argument("--list", action="store_true", help="name the bugs and their files; run nothing")
     args = parser.parse_args(argv)
     if args.backend == "cpu":
@@ -109,8 +111,10 @@ def _mutants(args) -> int:
     from .campaign import campaign, patched, rotating
 
     bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
+    bugs = [b for b in bugs if b.gpu or not args.gpu]
     if not bugs:
-        print(f"error: only: no bug's name contains {args.only!r}", file=sys.stderr)
+        which = f"no bug's name contains {args.only!r}" if args.only else "no bug is marked GPU"
+        print(f"error: only: {which}" if args.only else f"error: gpu: {which}", file=sys.stderr)
         return 2
     if args.list:
         for b in bugs:
@@ -122,5 +126,5 @@ def _mutants(args) -> int:
         except ValueError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
-    outcomes = campaign(bugs, args.budget, fuzz=not args.no_fuzz)
+    outcomes = campaign(bugs, args.budget, fuzz=not args.no_fuzz, jobs=args.jobs)
     return 0 if all(o.killed or o.bug in EQUIVALENT for o in outcomes) else 1

@@ -3,10 +3,13 @@ changing every step (CP = 1: the buffer is its own peer; the multi-GPU tier is t
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import fast.cp
 import reference
 from fast.cp import IndexerDecodeCP
+from fast.kernels.device import clock_ns, pdl_release
 from fast.symm import SingleRankSymmetric
 from rank_programs import exact_queries, random_step
 from reference.cases import make_case
@@ -97,6 +100,57 @@ def test_merge_under_pdl_selects_what_a_plain_launch_does():
     plain.check()
     assert not differing, f"steps {differing[:10]} ({len(differing)} of 400)"
     assert torch.equal(out.cpu(), reference.full_decode(q, g.base.k_cache, table, lens, QLEN))  # the oracle, last step
+
+
+@triton.jit
+def _late_copy_kernel(src_ptr, dst_ptr, n, delay_ns, BLOCK: tl.constexpr):
+    """dst[:n] = src[:n] (bytes), stored ``delay_ns`` after the kernel let its dependents
+    launch: a producer of index_q that releases the decode early, as an engine's PDL-chained
+    kernel may (PDL promises its dependents nothing before their own wait)."""
+    pdl_release(True)
+    end = clock_ns(False) + delay_ns
+    while clock_ns(False) < end:
+        pass
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+
+def test_exchange_waits_for_an_early_releasing_producer_of_index_q():
+    """With PDL the q exchange may start while index_q's producer still runs; it must read
+    index_q only after its wait for that producer. The producer here stores each step's
+    queries 2 ms after releasing the decode (eager launches: the forward's host work is far
+    shorter), so an exchange that read before waiting would score the previous step's
+    queries: the test checks every step against the reference, and that the previous step's
+    queries would have given another answer (else it could not fail)."""
+    dev = torch.device("cuda", torch.cuda.current_device())
+    base = make_case(
+        1, [QLEN] * BATCH, query_len=QLEN, heads=HEADS, pattern="exact", table_width=PAGES, num_blocks=1024
+    )
+    k_cache = base.k_cache.to(dev)
+    state = IndexerDecodeCP(heads=HEADS, max_reqs=BATCH, symm=SingleRankSymmetric(dev), pdl=True)
+    layer = state.new_layer()
+    q = torch.zeros_like(base.index_q, device=dev)  # the producer's output: the previous step's until it stores
+    src = torch.empty_like(q)
+    out = torch.full((BATCH * QLEN, HEADS, 16), -7, dtype=torch.int32, device=dev)
+    gen = torch.Generator().manual_seed(11)
+    block = 1024
+    stale_would_differ = 0
+    for step in range(12):
+        table, lens = random_step(gen, BATCH, PAGES, k_cache.shape[0], QLEN)
+        queries = exact_queries(q.shape, gen)
+        previous = q.cpu()
+        src.copy_(queries)
+        plan = state.plan(table.to(dev), lens.to(dev))
+        torch.cuda.synchronize()  # the producer alone in flight: nothing but it delays the exchange
+        n = q.numel()
+        late_copy = _late_copy_kernel[(triton.cdiv(n, block),)]
+        late_copy(src.view(torch.uint8), q.view(torch.uint8), n, 2_000_000, BLOCK=block)
+        state.forward(layer, plan, q, k_cache, out, QLEN)
+        want = reference.full_decode(queries, base.k_cache, table, lens, QLEN)
+        assert torch.equal(out.cpu(), want), f"step {step}"
+        stale_would_differ += not torch.equal(reference.full_decode(previous, base.k_cache, table, lens, QLEN), want)
+    state.check()
+    assert stale_would_differ >= 10
 
 
 @pytest.mark.slow
