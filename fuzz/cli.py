@@ -113,8 +113,8 @@ def _mutants(args) -> int:
     bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
     bugs = [b for b in bugs if b.gpu or not args.gpu]
     if not bugs:
-        which = f"no bug's name contains {args.only!r}" if args.only else "no bug is marked GPU"
-        print(f"error: only: {which}" if args.only else f"error: gpu: {which}", file=sys.stderr)
+        among = " among the GPU bugs" if args.gpu else ""
+        print(f"error: only: no bug's name contains {args.only!r}{among}", file=sys.stderr)
         return 2
     if args.list:
         for b in bugs:

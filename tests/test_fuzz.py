@@ -82,6 +82,7 @@ def test_all_runs_every_target_for_its_share():
         ["stock", "--examples", "-2"],
         ["mutants", "--rotate", "0"],
         ["mutants", "--budget", "-1"],
+        ["mutants", "--jobs", "0"],
     ],
 )
 def test_budgets_below_one_are_refused(capsys, argv):
@@ -171,3 +172,32 @@ def test_campaign_lists_gpu_bugs_it_cannot_run():
     assert campaign(gpu[:2], budget_s=1, stream=out) == []
     text = out.getvalue()
     assert text.count("(not run: no GPU)") == 2 and "killed 0 of 0" in text and "2 GPU bugs listed" in text
+
+
+def test_campaign_side_by_side_reports_every_bug_in_the_list_order(monkeypatch):
+    """``--jobs`` runs bugs beside each other: each row is printed as its bug ends, the
+    returned outcomes keep the list's order, and every bug runs exactly once (a stand-in
+    ``run_bug`` that ends the first bug last)."""
+    import io
+    import time as time_
+
+    import fuzz.campaign as campaign_module
+    from fuzz.bugs import BUGS
+
+    bugs = [b for b in BUGS if not b.gpu][:3]
+    ran = []
+
+    def fake_run_bug(bug, budget_s, fuzz):
+        time_.sleep(0.3 if bug is bugs[0] else 0.0)
+        ran.append(bug.name)
+        return campaign_module.Outcome(bug.name, bug is not bugs[1], "stand-in", 0.0)
+
+    monkeypatch.setattr(campaign_module, "run_bug", fake_run_bug)
+    out = io.StringIO()
+    outcomes = campaign_module.campaign(bugs, budget_s=1, stream=out, jobs=3)
+    assert [o.bug for o in outcomes] == [b.name for b in bugs]
+    assert sorted(ran) == sorted(b.name for b in bugs)
+    rows = out.getvalue().splitlines()
+    assert rows[-2].startswith(bugs[0].name)  # ended last, printed last
+    assert "SURVIVED" in next(r for r in rows if r.startswith(bugs[1].name))
+    assert rows[-1] == "killed 2 of 3 (67%)"
