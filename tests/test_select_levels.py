@@ -130,10 +130,7 @@ def _top16_kernel(
     n_ptr,
     out_ptr,
     stride,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
     r = tl.program_id(0)
@@ -146,10 +143,7 @@ def _top16_kernel(
         0.0,
         0.0,
         False,
-        CHUNK,
-        SUPERS,
-        PER_SUPER,
-        GROUP,
+        SELECT,
         SORT,
     )
     tl.store(out_ptr + r * 16 + tl.arange(0, 16), best)
@@ -178,10 +172,7 @@ def test_three_level_top16_is_the_exact_top16(width, seed, ties, group):
         on(n),
         got,
         width,
-        CHUNK=s.chunk,
-        SUPERS=s.supers,
-        PER_SUPER=s.per_super,
-        GROUP=s.group,
+        **s.constexprs(),
         SORT=DEV.type == "cuda",
     )
     pages = torch.arange(width).expand(3, -1)

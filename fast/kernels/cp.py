@@ -206,10 +206,9 @@ def push_kernel(
     QLEN: tl.constexpr,
     SPLIT: tl.constexpr,  # programs per row (program_id(2)), each SLICE columns
     SLICE: tl.constexpr,
-    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice (the row if SPLIT 1)
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,  # (the two levels on one warp: SLICE / GROUP group keys, policy.push_group)
+    # the select shape of one slice (the row if SPLIT 1): a policy.SelectShape (the two
+    # levels on one warp: SLICE / group keys, policy.push_group)
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
     WARP_SELECT: tl.constexpr = False,  # one warp, a program a row: warp_select's PTX block
@@ -249,7 +248,7 @@ def push_kernel(
     # A slice of one chunk is loaded right after the wait, before its length is known (its
     # columns past it are unwritten, any bits, and the keys drop them); with it, whether to
     # store the keys at all (see _push).
-    one_chunk: tl.constexpr = SLICE <= CHUNK
+    one_chunk: tl.constexpr = SLICE <= SELECT.chunk
     cols = s * SLICE + tl.arange(0, SLICE)
     if one_chunk:
         chunk = tl.load(row_ptr + cols, mask=cols < width, other=0.0)
@@ -271,6 +270,7 @@ def push_kernel(
                 # Two levels: the split's scratch (unused: one program a row) holds the
                 # row's 16 group keys between them.
                 scratch = part_ptr + (t * H + h) * _TOPK
+                GROUP: tl.constexpr = SELECT.group
                 best = warp_groups_top16(
                     row_ptr, n_rank, scratch, CP, RANK, SLICE // GROUP, GROUP, WARP_ASM, WARP_CONSTRAINTS, SORT
                 )
@@ -289,10 +289,7 @@ def push_kernel(
                 RANK,
                 SLICE,
                 SPLIT,
-                CHUNK,
-                SUPERS,
-                PER_SUPER,
-                GROUP,
+                SELECT,
                 SORT,
             )
             if done:

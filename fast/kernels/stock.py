@@ -59,10 +59,7 @@ def stock_topk_kernel(
     QLEN: tl.constexpr,
     WIDTH: tl.constexpr,  # the row's columns rounded up to a power of two
     SPLIT: tl.constexpr,  # programs per row (program_id(2)), each WIDTH // SPLIT columns
-    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,  # the select shape of one slice: a policy.SelectShape
     EMULATE_FMA: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
@@ -94,7 +91,7 @@ def stock_topk_kernel(
     j = tl.arange(0, WIDTH)
     row = tl.load(row_ptr + j, mask=j < P, other=0.0)
     first = tl.load(row_ptr)  # column 0: P >= 1 (checks.plan_inputs)
-    one_chunk: tl.constexpr = WIDTH // SPLIT <= CHUNK
+    one_chunk: tl.constexpr = WIDTH // SPLIT <= SELECT.chunk
     cols = s * (WIDTH // SPLIT) + tl.arange(0, WIDTH // SPLIT)
     if one_chunk and SPLIT > 1:
         mine = tl.load(row_ptr + cols, mask=cols < P, other=0.0)
@@ -140,10 +137,7 @@ def stock_topk_kernel(
             EMULATE_FMA,
             WIDTH // SPLIT,
             SPLIT,
-            CHUNK,
-            SUPERS,
-            PER_SUPER,
-            GROUP,
+            SELECT,
             SORT,
         )
         if done:

@@ -110,24 +110,26 @@ def top16(
     scale,
     bias,
     EMULATE_FMA: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
     """The 16 largest keys of columns ``j < n`` of a row, descending (0 = no page).
 
-    Rows up to CHUNK columns take one select. Longer rows, SUPERS supergroups of PER_SUPER
-    groups of GROUP columns, take three small ones: the 16 supergroups with the largest
-    maxima, the 16 groups with the largest maxima among theirs, the top 16 of those groups'
-    members. Exact: a top-16 key outside the kept supergroups (groups) would be beaten by 16
-    distinct supergroup (group) maxima. The first two levels rank groups by stand-in keys
+    ``SELECT`` is the row's ``policy.SelectShape`` (CHUNK .. GROUP below: its fields). Rows
+    up to CHUNK columns take one select. Longer rows, SUPERS supergroups of PER_SUPER groups
+    of GROUP columns, take three small ones: the 16 supergroups with the largest maxima, the
+    16 groups with the largest maxima among theirs, the top 16 of those groups' members.
+    Exact: a top-16 key outside the kept supergroups (groups) would be beaten by 16 distinct
+    supergroup (group) maxima. The first two levels rank groups by stand-in keys
     (``_group_keys``: the best score and the group's first page), which order groups as
     their maxima do, so only the last level builds a key per column.
     (Two levels, 16 of 128 groups then 16 of their 1024 members, left one select over 1024
     keys, the bulk of the select's time on a GPU.)
     """
+    CHUNK: tl.constexpr = SELECT.chunk
+    SUPERS: tl.constexpr = SELECT.supers
+    PER_SUPER: tl.constexpr = SELECT.per_super
+    GROUP: tl.constexpr = SELECT.group
     if n <= CHUNK:
         best = select16(row_keys(row_ptr, tl.arange(0, CHUNK), n, KIND, CP, RANK, scale, bias, EMULATE_FMA), SORT)
     else:
@@ -251,10 +253,7 @@ def row_top16(
     EMULATE_FMA: tl.constexpr,
     SLICE: tl.constexpr,
     SPLIT: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
     """The 16 largest keys of a row's columns ``j < n``, descending, by the one select path:
@@ -268,7 +267,7 @@ def row_top16(
     themselves in at ``count_ptr``, and the last slice merges them (``merged16``). Exact:
     valid keys are unique, and a row's best 16 are among its slices' best 16.
     """
-    one_chunk: tl.constexpr = SLICE <= CHUNK
+    one_chunk: tl.constexpr = SLICE <= SELECT.chunk
     if one_chunk:
         best = select16(value_keys(loaded, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA), SORT)
     else:
@@ -276,7 +275,7 @@ def row_top16(
     done = s == s  # a true scalar: SPLIT 1 holds its result in every program
     if SPLIT == 1:
         if not one_chunk:
-            best = top16(row_ptr, n, KIND, CP, RANK, scale, bias, EMULATE_FMA, CHUNK, SUPERS, PER_SUPER, GROUP, SORT)
+            best = top16(row_ptr, n, KIND, CP, RANK, scale, bias, EMULATE_FMA, SELECT, SORT)
     else:
         if one_chunk:
             done = publish_slice(parts, count_ptr, s, best, SPLIT)
@@ -295,10 +294,7 @@ def row_top16(
                 EMULATE_FMA,
                 SLICE,
                 SPLIT,
-                CHUNK,
-                SUPERS,
-                PER_SUPER,
-                GROUP,
+                SELECT,
                 SORT,
             )
         if done:
@@ -320,10 +316,7 @@ def push_row_top16(
     RANK: tl.constexpr,
     SLICE: tl.constexpr,
     SPLIT: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
     """``row_top16`` as both formats' CP pushes rank a row: exact keys (KEY_EXACT) of page
@@ -345,10 +338,7 @@ def push_row_top16(
         False,
         SLICE,
         SPLIT,
-        CHUNK,
-        SUPERS,
-        PER_SUPER,
-        GROUP,
+        SELECT,
         SORT,
     )
 
@@ -368,10 +358,7 @@ def slice_top16(
     EMULATE_FMA: tl.constexpr,
     SLICE: tl.constexpr,
     SPLIT: tl.constexpr,
-    CHUNK: tl.constexpr,
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
     """Slice ``s`` of a row split over SPLIT programs: the top 16 of its columns [s * SLICE,
@@ -392,10 +379,7 @@ def slice_top16(
             scale,
             bias,
             EMULATE_FMA,
-            CHUNK,
-            SUPERS,
-            PER_SUPER,
-            GROUP,
+            SELECT,
             SORT,
         )
         mine = tl.where(mine > 0, mine - first * CP, 0).to(mine.dtype)

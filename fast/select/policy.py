@@ -8,7 +8,7 @@ measurement on an H200; the figures are in ``bench/PERF.md``."""
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import triton
 
@@ -33,10 +33,11 @@ WIDE_MAX_KEYS = 512  # group keys of a row wider than a chunk in two levels on o
 WIDE_MAX_GROUP = 8  # widest group of those two levels (warp_groups_top16 loads it as one tree)
 
 
-@dataclass(frozen=True)
-class SelectShape:
-    """CHUNK / SUPERS / PER_SUPER / GROUP constexprs of ``levels.top16`` (all powers of two):
-    a row longer than CHUNK is SUPERS supergroups of PER_SUPER groups of GROUP columns."""
+class SelectShape(NamedTuple):
+    """The levels of ``levels.top16`` over a row (all powers of two): a row longer than
+    ``chunk`` columns is ``supers`` supergroups of ``per_super`` groups of ``group`` columns.
+    The select kernels take it whole, as the one constexpr SELECT (a tuple: Triton
+    specializes on its values)."""
 
     chunk: int
     supers: int
@@ -64,9 +65,9 @@ class SelectShape:
         return cls(chunk=max_chunk, supers=supers, per_super=rest // group, group=group)
 
     def constexprs(self, group: int | None = None) -> dict:
-        """The shape as a select kernel's launch takes it (CHUNK, SUPERS, PER_SUPER, GROUP);
-        group: the last level's, where the launch narrows it (``push_group``)."""
-        return dict(CHUNK=self.chunk, SUPERS=self.supers, PER_SUPER=self.per_super, GROUP=group or self.group)
+        """The shape as a select kernel's launch takes it (``SELECT``); group: the last
+        level's, where the launch narrows it (``push_group``)."""
+        return dict(SELECT=self._replace(group=group) if group else self)
 
 
 def check_split(split) -> None:

@@ -94,10 +94,7 @@ def msa_push_kernel(
     QLEN: tl.constexpr,
     SPLIT: tl.constexpr,  # programs per row (program_id(2)), each SLICE columns
     SLICE: tl.constexpr,
-    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of one slice (the row if SPLIT 1)
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,  # the select shape of one slice (the row if SPLIT 1): a policy.SelectShape
     SORT: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -132,7 +129,7 @@ def msa_push_kernel(
         if count > 0:
             row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr + lo
             cols = s * SLICE + tl.arange(0, SLICE)
-            one_chunk: tl.constexpr = SLICE <= CHUNK
+            one_chunk: tl.constexpr = SLICE <= SELECT.chunk
             if one_chunk:
                 mine = tl.load(row_ptr + cols, mask=cols < count, other=0.0)
             else:
@@ -150,10 +147,7 @@ def msa_push_kernel(
                 RANK,
                 SLICE,
                 SPLIT,
-                CHUNK,
-                SUPERS,
-                PER_SUPER,
-                GROUP,
+                SELECT,
                 SORT,
             )
             if done:

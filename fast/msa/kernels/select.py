@@ -93,10 +93,7 @@ def msa_stock_select_kernel(
     QLEN: tl.constexpr,
     SLICE: tl.constexpr,  # columns per program of a row (a power of two)
     SPLIT: tl.constexpr,  # programs per row (program_id(2))
-    CHUNK: tl.constexpr,  # CHUNK .. GROUP: the select shape of a slice
-    SUPERS: tl.constexpr,
-    PER_SUPER: tl.constexpr,
-    GROUP: tl.constexpr,
+    SELECT: tl.constexpr,  # the select shape of a slice: a policy.SelectShape
     EMULATE_FMA: tl.constexpr,
     SORT: tl.constexpr,
     PDL: tl.constexpr,
@@ -128,7 +125,7 @@ def msa_stock_select_kernel(
     start = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
     row_ptr = start + lo
     cols = s * SLICE + tl.arange(0, SLICE)
-    one_chunk: tl.constexpr = SLICE <= CHUNK
+    one_chunk: tl.constexpr = SLICE <= SELECT.chunk
     whole: tl.constexpr = one_chunk and SPLIT == 1
     if whole:
         # up to P's next multiple of 16, inside the row (``stock.stock_row_stride``): a mask
@@ -179,10 +176,7 @@ def msa_stock_select_kernel(
                 EMULATE_FMA,
                 SLICE,
                 SPLIT,
-                CHUNK,
-                SUPERS,
-                PER_SUPER,
-                GROUP,
+                SELECT,
                 SORT,
             )
             if done:
