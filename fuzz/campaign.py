@@ -78,6 +78,12 @@ def pytest_runs(bug: Bug) -> list[list[str]]:
     return runs
 
 
+def fuzz_command(bug: Bug) -> list[str]:
+    """The command of ``bug``'s fuzz step: its target's smoke campaign, derandomized, and
+    unshrunk (a kill needs a failure, not its smallest example)."""
+    return [sys.executable, "-m", "fuzz", bug.target, "--smoke", "--seed", "0", "--no-shrink"]
+
+
 def run_bug(bug: Bug, budget_s: float = 600.0, fuzz: bool = True) -> Outcome:
     """The bug in a copy of the tree: its fast tiers (stop at the first failure), then its
     target's smoke campaign, together within ``budget_s`` (past it: survived, "time")."""
@@ -92,7 +98,7 @@ def run_bug(bug: Bug, budget_s: float = 600.0, fuzz: bool = True) -> Outcome:
         pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
         steps = [pytest + run for run in pytest_runs(bug)]
         if fuzz:
-            steps.append([sys.executable, "-m", "fuzz", bug.target, "--smoke", "--seed", "0"])
+            steps.append(fuzz_command(bug))
         for cmd in steps:
             left = budget_s - (time.monotonic() - start)
             if left <= 0:

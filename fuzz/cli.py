@@ -61,6 +61,9 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--smoke", action="store_true", help="a target at its smoke budget (make fuzz-smoke's)")
+    parser.add_argument(
+        "--no-shrink", action="store_true", help="report the first failing example as found (the mutation campaign's)"
+    )
     mutants = parser.add_argument_group("mutants (the mutation campaign: fuzz/campaign.py, fuzz/bugs.py)")
     mutants.add_argument("--only", help="the bugs whose name contains this")
     mutants.add_argument("--rotate", type=_positive(int), help="this many bugs, a different window each day (CI)")
@@ -101,7 +104,7 @@ def main(argv=None) -> int:
         return 2
     ok = True
     for name, budget_kw in plans:
-        ok &= _report(run_campaign(name, seed=args.seed, backend=args.backend, **budget_kw))
+        ok &= _report(run_campaign(name, seed=args.seed, backend=args.backend, shrink=not args.no_shrink, **budget_kw))
     return 0 if ok else 1
 
 

@@ -218,12 +218,13 @@ def applied(mutant: Mutant):
 
 
 def hunt(name: str, seed: int = 0) -> dict:
-    """Plant mutant ``name`` and run its target's smoke campaign; a summary dict."""
+    """Plant mutant ``name`` and run its target's smoke campaign until its first failure (not
+    shrunk: the question is whether the campaign finds the bug); a summary dict."""
     from .runner import run_campaign
 
     mutant = next(m for m in MUTANTS if m.name == name)
     with applied(mutant):
-        result = run_campaign(mutant.target, smoke=True, seed=seed, database=False, quiet=True)
+        result = run_campaign(mutant.target, smoke=True, seed=seed, database=False, quiet=True, shrink=False)
     return {
         "mutant": name,
         "target": mutant.target,

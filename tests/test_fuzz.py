@@ -51,6 +51,28 @@ def test_campaign_runs_and_reports(capsys):
     assert "stock: 5 examples" in capsys.readouterr().out
 
 
+def test_the_campaigns_fuzz_command_line_parses_and_passes_on_clean_code(capsys, monkeypatch):
+    """The mutation campaign kills a bug when its fuzz command fails, so a flag the CLI
+    did not know would count as a kill: the campaign's own arguments (``run_bug``'s, with
+    ``--no-shrink``) pass on the clean tree, and the failure it reports is unshrunk."""
+    import fuzz.campaign as campaign_module
+    import fuzz.cli as cli
+
+    seen = {}
+    real = cli.run_campaign
+
+    def spy(name, **kw):
+        seen.update(kw)
+        return real(name, **kw)
+
+    monkeypatch.setattr(cli, "run_campaign", spy)
+    bug = next(b for b in campaign_module.BUGS if b.target == "reference")
+    cmd = campaign_module.fuzz_command(bug)
+    assert cmd[:3] == [sys.executable, "-m", "fuzz"]
+    assert main(cmd[3:]) == 0
+    assert seen["shrink"] is False and seen["smoke"] is True
+
+
 def test_replay_line_round_trips(capsys):
     cfg = DecodeConfig(
         seed=3, cp=4, heads=2, query_len=3, seq_lens=(2049, 5), table_width=12, pattern="ties", extra_width=1
