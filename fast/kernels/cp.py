@@ -55,7 +55,7 @@ from .device import (
     peer_ptr,
 )
 from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
-from .rules import is_long_request, is_short_row, own_page, short_row
+from .rules import is_long_request, is_short_row, own_page, row_query, short_row
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)
@@ -151,9 +151,8 @@ def q_exchange_kernel(
     pdl_wait(PDL)  # for index_q's producer
     pdl_release(PDL)
     t = tl.program_id(0)
-    b = t // QLEN
+    b, _, slot = row_query(t, QLEN)
     seq = tl.load(seq_lens_ptr + b)
-    slot = (_SLOTS - QLEN) + t % QLEN
     parity = tl.load(parity_ptr)
     tl.store(current_ptr, parity)
     base = parity * set_words + (b * _SLOTS + slot) * (H * WORDS)
@@ -226,9 +225,7 @@ def push_kernel(
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    b = t // QLEN
-    i = t % QLEN
-    slot = (_SLOTS - QLEN) + i
+    b, i, slot = row_query(t, QLEN)
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
     # Before the wait (the scorer lets a small or one-warp push launch early: fast.select.policy.
     # release_select), what no kernel of the step writes: the lengths, and the addresses of
@@ -398,9 +395,7 @@ def merge_kernel(
     before it reads anything; its launch is then off the critical path)."""
     pdl_release(PDL)
     t = tl.program_id(0)
-    b = t // QLEN
-    i = t % QLEN
-    slot = (_SLOTS - QLEN) + i
+    b, i, slot = row_query(t, QLEN)
     seq = tl.load(seq_lens_ptr + b)
     own = own_page(seq, slot)
     k = tl.arange(0, _TOPK)

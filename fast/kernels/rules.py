@@ -1,7 +1,7 @@
 """The contract's per-row rules (docs/DESIGN.md §3, §6), each spelled once for every kernel
-that needs it: where a tile slot's query sits, its own page (the causal cut), which requests
-are long (exchanged, scored and merged from candidates) and which rows are short (their
-causal pages fit the output whole).
+that needs it: which request and tile slot a row is, where a slot's query sits, its own page
+(the causal cut), which requests are long (exchanged, scored and merged from candidates) and
+which rows are short (their causal pages fit the output whole).
 
 The position, cut and tests are plain arithmetic on their operands (no ``tl`` call), so the
 Gluon scorers call them as the Triton kernels do. The reference spells each once too
@@ -18,6 +18,15 @@ _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
 # A request is long when its last query's own page is 16 or more: its length exceeds this.
 _LONG_LEN = tl.constexpr(TOPK * PAGE)
+
+
+@triton.jit
+def row_query(t, QLEN: tl.constexpr):
+    """Row ``t`` of a step of QLEN queries per request: ``(b, i, slot)``, query i = t %
+    QLEN of request b = t // QLEN, in tile slot ``8 - QLEN + i`` (a step fills the last
+    QLEN of the 8 slots)."""
+    i = t % QLEN
+    return t // QLEN, i, (_SLOTS - QLEN) + i
 
 
 @triton.jit

@@ -9,7 +9,7 @@ from indexer_constants import SLOTS, TOPK
 from ..select.levels import KEY_STOCK, RANKED, fmaf, keys_to_pages, row_top16
 from .device import pdl_release, pdl_wait
 from .guards import record_input, request_verdict
-from .rules import is_short_row, own_page, short_row
+from .rules import is_short_row, own_page, row_query, short_row
 
 _SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
@@ -30,8 +30,7 @@ def q_to_tile_kernel(
     pdl_wait(PDL)
     pdl_release(PDL)
     t = tl.program_id(0)
-    b = t // QLEN
-    slot = (_SLOTS - QLEN) + t % QLEN
+    b, _, slot = row_query(t, QLEN)
     w = tl.arange(0, HS * WORDS)
     tl.store(tile_ptr + (b * _SLOTS + slot) * (HS * WORDS) + w, tl.load(q_ptr + t * (HS * WORDS) + w))
 
@@ -79,9 +78,7 @@ def stock_topk_kernel(
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    b = t // QLEN
-    i = t % QLEN
-    slot = (_SLOTS - QLEN) + i
+    b, i, slot = row_query(t, QLEN)
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
     # The loads that need no length go out with the length's, not one L2 round trip after
     # it (a top-16 at 8192 pages is a chain of dependent steps, latency-bound): the whole

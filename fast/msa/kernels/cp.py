@@ -19,7 +19,7 @@ from indexer_constants import SLOTS, TOPK
 from ...kernels.cp import _push
 from ...kernels.device import pdl_release, pdl_wait, peer_ptr
 from ...kernels.guards import BOUND_WORDS, request_verdict, row_id_bounds
-from ...kernels.rules import is_long_request, is_short_row, own_page
+from ...kernels.rules import is_long_request, is_short_row, own_page, row_query
 from ...select.levels import push_row_top16
 from .select import msa_output, msa_read_columns
 
@@ -106,9 +106,7 @@ def msa_push_kernel(
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    b = t // QLEN
-    i = t % QLEN
-    slot = (_SLOTS - QLEN) + i
+    b, i, slot = row_query(t, QLEN)
     n_local = tl.load(n_local_ptr + b)
     seq = tl.load(seq_lens_ptr + b)
     n = own_page(seq, slot) + 1

@@ -16,7 +16,7 @@ from indexer_constants import PAGE, SLOTS, TOPK
 
 from ...kernels.device import pdl_release, pdl_wait
 from ...kernels.guards import record_input, request_verdict, row_id_bounds
-from ...kernels.rules import is_short_row, own_page, short_row
+from ...kernels.rules import is_short_row, own_page, row_query, short_row
 from ...select.levels import KEY_EXACT, keys_to_pages, row_top16
 from .ascending import best_in_column_order
 
@@ -114,9 +114,7 @@ def msa_stock_select_kernel(
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    b = t // QLEN
-    i = t % QLEN
-    slot = (_SLOTS - QLEN) + i
+    b, i, slot = row_query(t, QLEN)
     lo = init
     # A slice of one chunk is loaded with the length, not one round trip after it (the
     # select is a chain of dependent steps: latency-bound), every column the table holds;
