@@ -70,8 +70,8 @@ MUTANTS = [
         "query slots from the front",
         "kernels",
         "fast.kernels.cp",
-        "    slot = (_SLOTS - QLEN) + t % QLEN\n    parity = tl.load(parity_ptr)",
-        "    slot = t % QLEN\n    parity = tl.load(parity_ptr)",
+        "    b, _, slot = row_query(t, QLEN)\n    seq = tl.load(seq_lens_ptr + b)\n",
+        "    b, slot, _ = row_query(t, QLEN)  # slot = i: from the front\n    seq = tl.load(seq_lens_ptr + b)\n",
     ),
     Mutant(
         "own page not forced into slot 15",
