@@ -20,6 +20,8 @@ stage() {  # stage NAME LIMIT_S COMMAND...
     echo "$name: rc=$rc in $((SECONDS - start)) s" | tee -a "$summary"
     tail -n 4 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$summary"
 }
+# the single-GPU tests of the scorers and decodes, run on each route (portable, hopper)
+route_files="tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py"
 for s in "$@"; do
     case $s in
     info) stage info 60 "nvidia-smi; nvidia-smi topo -m; python3 -c 'import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.device_count())'" ;;
@@ -39,9 +41,9 @@ for s in "$@"; do
     exchange) stage exchange 420 "python3 -m pytest -q -n 4 tests/test_cp_one_rank.py tests/test_guards.py -p no:cacheprovider && python3 -m pytest -v -s -m 'multirank and not slow' -k 'missing_peer or bad_device or waits_for_nothing or replicas or back_to_back or cp_equals_oracle or table_edge' -p no:cacheprovider" ;;
     # the portable route (fast.route) forced on this sm_90 GPU: the single-GPU tests of the
     # scorers and decodes, then the multi-rank tier's CP-against-oracle cases
-    portable) stage portable 560 "FAST_ROUTE=portable python3 -m pytest -q -n 8 tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py -p no:cacheprovider" ;;
+    portable) stage portable 560 "FAST_ROUTE=portable python3 -m pytest -q -n 8 $route_files -p no:cacheprovider" ;;
     # the same files on the route the device takes by itself (sm_90: Hopper), for one run of both
-    hopper) stage hopper 560 "python3 -m pytest -q -n 8 tests/test_route.py tests/test_gpu_scorer.py tests/test_scorer.py tests/test_stock_decode.py tests/test_cp_one_rank.py tests/test_msa_scorer.py tests/test_msa_stock.py tests/test_msa_cp_one_rank.py tests/test_gpu_graphs.py tests/test_guards.py -p no:cacheprovider" ;;
+    hopper) stage hopper 560 "python3 -m pytest -q -n 8 $route_files -p no:cacheprovider" ;;
     hopper-ranks) stage hopper-ranks 400 "python3 -m pytest -q -m 'multirank and not slow' -k 'cp_equals_oracle or msa or table_edge or replicas or missing_peer or back_to_back' -p no:cacheprovider" ;;
     # the mutation campaign's GPU bugs (fuzz/bugs.py, gpu=True) through their GPU tiers, side by side
     mutants-gpu) stage mutants-gpu 560 "python3 -m fuzz mutants --gpu --jobs 6 --budget 300" ;;

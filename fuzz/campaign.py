@@ -168,14 +168,11 @@ def campaign(bugs: list[Bug], budget_s: float, fuzz: bool = True, stream=sys.std
         print(f"{o.bug:<56} {verdict:<9} {o.seconds:7.0f}  {o.by}", file=stream, flush=True)
         return o
 
-    if jobs == 1:
-        outcomes = [report(run_bug(bug, budget_s, fuzz)) for bug in runnable]
-    else:  # each bug's runs are subprocesses: threads only wait on them
-        with ThreadPoolExecutor(jobs) as pool:
-            futures = [pool.submit(run_bug, bug, budget_s, fuzz) for bug in runnable]
-            outcomes = [report(f.result()) for f in as_completed(futures)]
-        order = {b.name: i for i, b in enumerate(runnable)}
-        outcomes.sort(key=lambda o: order[o.bug])
+    with ThreadPoolExecutor(jobs) as pool:  # each bug's runs are subprocesses: threads only wait
+        futures = [pool.submit(run_bug, bug, budget_s, fuzz) for bug in runnable]
+        outcomes = [report(f.result()) for f in as_completed(futures)]
+    order = {b.name: i for i, b in enumerate(runnable)}
+    outcomes.sort(key=lambda o: order[o.bug])
     killed = sum(o.killed for o in outcomes)
     print(f"killed {killed} of {len(outcomes)} ({killed / max(1, len(outcomes)):.0%})", file=stream)
     if skipped:

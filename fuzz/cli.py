@@ -114,10 +114,12 @@ def _mutants(args) -> int:
     from .campaign import campaign, patched, rotating
 
     bugs = rotating(args.rotate) if args.rotate else [b for b in BUGS if not args.only or args.only in b.name]
+    if not bugs:
+        print(f"error: only: no bug's name contains {args.only!r}", file=sys.stderr)
+        return 2
     bugs = [b for b in bugs if b.gpu or not args.gpu]
     if not bugs:
-        among = " among the GPU bugs" if args.gpu else ""
-        print(f"error: only: no bug's name contains {args.only!r}{among}", file=sys.stderr)
+        print("error: gpu: none of the selected bugs is marked GPU", file=sys.stderr)
         return 2
     if args.list:
         for b in bugs:

@@ -123,7 +123,7 @@ def run_campaign(
                 database=db,
                 derandomize=False,
                 suppress_health_check=list(HealthCheck),
-                phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + [Phase.shrink] * shrink,
+                phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target] + ([Phase.shrink] if shrink else []),
                 report_multiple_bugs=False,
             )
             @given(target.examples(smoke))

@@ -54,7 +54,7 @@ def test_campaign_runs_and_reports(capsys):
 def test_the_campaigns_fuzz_command_line_parses_and_passes_on_clean_code(capsys, monkeypatch):
     """The mutation campaign kills a bug when its fuzz command fails, so a flag the CLI
     did not know would count as a kill: the campaign's own arguments (``run_bug``'s, with
-    ``--no-shrink``) pass on the clean tree, and the failure it reports is unshrunk."""
+    ``--no-shrink``) parse and pass on the clean tree, reaching the campaign unshrunk."""
     import fuzz.campaign as campaign_module
     import fuzz.cli as cli
 
@@ -223,3 +223,15 @@ def test_campaign_side_by_side_reports_every_bug_in_the_list_order(monkeypatch):
     assert rows[-2].startswith(bugs[0].name)  # ended last, printed last
     assert "SURVIVED" in next(r for r in rows if r.startswith(bugs[1].name))
     assert rows[-1] == "killed 2 of 3 (67%)"
+
+
+@pytest.mark.parametrize(
+    "argv, error",
+    [
+        (["mutants", "--only", "no such bug"], "error: only: no bug's name contains 'no such bug'"),
+        (["mutants", "--only", "tie order by rank", "--gpu"], "error: gpu: none of the selected bugs is marked GPU"),
+    ],
+)
+def test_an_empty_selection_of_bugs_names_the_filter_that_emptied_it(capsys, argv, error):
+    assert main(argv) == 2
+    assert capsys.readouterr().err.strip() == error
