@@ -3,21 +3,40 @@ scorers, the stock top-16 and the CP stages, each as CUDA graphs of L and 2L lay
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from fast.graphs import GraphedDecode
 from fast.layout import HeadLayout
 from fast.scorer import score_pages
-from indexer_constants import SLOTS
+from fast.symm import SingleRankSymmetric
+from fast.tools.launcher import RankContext
+from indexer_constants import PAGE, SLOTS
 
 from .rendezvous import Rendezvous
 from .stages import StagedCP, StagedStock
 from .timing import FLUSH_BYTES, CachePool, random_tile
 
 _START_SPIN_CYCLES = 1_000_000  # ~0.5 ms at 2 GHz: longer than a host takes to launch a graph
+# The small grids (batch, context) where a scorer call's launch ramp and drain weigh most,
+# and the CP steps' query lengths (the scorer's N 8, 16, 32 at four heads).
+CHAINED_GRIDS = ((8, 131072), (1, 1048576))
+CHAINED_QUERY_LENS = (1, 4, 8)
 
 
-def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: int, layers: int, reps: int) -> dict:
+def bench_layers_on_rank(
+    ctx,
+    pages: int,
+    batch: int,
+    query_len: int,
+    *,
+    heads: int,
+    layers: int,
+    reps: int,
+    stock_heads: int | None = None,
+    paths: tuple = ("stock", "cp"),
+) -> dict:
     """Per-layer µs on this rank's GPU for ``batch`` requests of ``pages`` full pages each:
     stock (tensor parallel: this rank's H / world heads over every page) and CP (all heads
     over 1 / world of the pages). Each path runs as two CUDA graphs of ``layers`` and
@@ -31,7 +50,8 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
     layers: the second half of a long graph runs slower than the first at the largest
     sizes), and the CP layer's other stages without it (``cp_stages_us``:
     the overhead by stage), each graph's time the median of ``reps``. Every rank draws the
-    same inputs."""
+    same inputs. stock_heads: the stock layer's heads on this rank (default H / world, at
+    least one); paths: the layers to time, of "stock" and "cp"."""
     import torch.distributed as dist
 
     dev = ctx.device
@@ -94,12 +114,12 @@ def bench_layers_on_rank(ctx, pages: int, batch: int, query_len: int, *, heads: 
         )  # each / layers
 
     result = {}
-    for path in ("stock", "cp"):
+    for path in paths:
         if path == "cp":
             decode = StagedCP(heads=heads, max_reqs=batch, symm=ctx.symm, pdl=True)
             mine = list(HeadLayout(ctx.world, heads).heads_of(ctx.rank))
         else:  # tensor parallel: H / world heads per rank (replicated when world > H)
-            hr = max(1, heads // ctx.world)
+            hr = stock_heads or max(1, heads // ctx.world)
             decode = StagedStock(heads=hr, max_reqs=batch, device=dev, pdl=True)
             mine = [(ctx.rank * hr + k) % heads for k in range(hr)]
         runs = {}
@@ -146,3 +166,64 @@ def _select_layers(caches, decode, plan, out, query_len: int) -> None:
     reads the scores, not the caches)."""
     for cache in caches:
         decode.select(plan, out, query_len, num_blocks=cache.shape[0])
+
+
+def chained_section(
+    device, contexts, batches, heads: int, layers: int, reps: int = 15, grids=CHAINED_GRIDS
+) -> list[dict]:
+    """The scorer where a decode runs it, on one GPU at the small grids (those of ``grids``,
+    (batch, context) pairs, that ``contexts`` x ``batches`` holds): the CP layer of one rank (``heads`` heads, CP =
+    1: exchange, scorer, push, merge, chained by PDL) at each of ``CHAINED_QUERY_LENS``, and
+    the stock layer of one head (scorer, top-16) at q 8, timed as ``bench_layers_on_rank``
+    times them. One row a layer: the scorer row it stands beside (``hs``, ``slots``,
+    ``batch``, ``context``), ``layer_us`` (the layer), ``others_us`` (its stages but the
+    scorer, chained alone) and ``scorer_chained_us`` (the scorer alone, chained to itself
+    layer after layer); ``layer_us - others_us`` is what the scorer adds to the layer."""
+    ctx = RankContext(rank=0, world=1, backend="cuda", device=device, symm=SingleRankSymmetric(device))
+    rows = []
+    for batch, context in grids:
+        if context not in contexts or batch not in batches:
+            continue
+        for q in CHAINED_QUERY_LENS:
+            paths = ("stock", "cp") if q == SLOTS else ("cp",)
+            got = bench_layers_on_rank(
+                ctx, context // PAGE, batch, q, heads=heads, layers=layers, reps=reps, stock_heads=1, paths=paths
+            )
+            where = {"context": context, "batch": batch, "query_len": q}
+            rows.append(
+                where
+                | {"path": "cp", "hs": heads, "slots": q}
+                | {"layer_us": got["cp_us"], "others_us": got["cp_stages_us"], "scorer_chained_us": got["cp_score_us"]}
+            )
+            if "stock" in paths:
+                rows.append(
+                    where
+                    | {"path": "stock", "hs": 1, "slots": q, "layer_us": got["stock_us"]}
+                    | {"others_us": got["stock_top16_us"], "scorer_chained_us": got["stock_score_us"]}
+                )
+    ctx.state.clear()
+    torch.cuda.empty_cache()
+    return rows
+
+
+def print_chained(report: dict, file=sys.stdout) -> None:
+    """``chained_section``'s rows as a table (nothing where the run has none)."""
+    if not report.get("chained"):
+        return
+    print(
+        "\nthe scorer in a PDL-chained layer, one GPU (CP = 1: exchange, scorer, push, merge; stock: scorer, "
+        "top-16), µs per layer: the layer, its other stages alone, what the scorer adds (the difference), the "
+        "scorer chained to itself",
+        file=file,
+    )
+    print(
+        f"{'context':>8} {'batch':>5} {'path':>5} {'Hs':>3} {'slots':>5} {'layer':>8} {'others':>7} {'adds':>7}"
+        f" {'scorers':>8}",
+        file=file,
+    )
+    for r in report["chained"]:
+        print(
+            f"{r['context']:>8} {r['batch']:>5} {r['path']:>5} {r['hs']:>3} {r['slots']:>5} {r['layer_us']:>8.1f} "
+            f"{r['others_us']:>7.1f} {r['layer_us'] - r['others_us']:>7.1f} {r['scorer_chained_us']:>8.1f}",
+            file=file,
+        )
