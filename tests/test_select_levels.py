@@ -88,7 +88,8 @@ def test_release_policy():
     (both measured slower released: select.policy.release_select)."""
     from fast.select.policy import release_select
 
-    assert release_select(32) and not release_select(33)  # a stock select: four warps
+    assert release_select(8) and not release_select(9)  # a stock select or a CP push: four warps
+    assert not release_select(32, warps=4, columns=1024)  # a CP push of 8 rows x 4 heads
     assert release_select(1024, warps=1, columns=512) and release_select(1024, warps=1, columns=2048)
     assert not release_select(1024, warps=1, columns=4096)
     assert not release_select(256, warps=4, columns=1024) and not release_select(1024, warps=2, columns=1024)

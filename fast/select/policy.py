@@ -22,7 +22,7 @@ MIN_SPLIT = 4  # fewest slices the policy splits a row into: fewer do not pay fo
 MIN_SLICE = 512  # fewest columns per program the policy splits a row into
 SPLIT_PER_SM = 1  # most programs per SM the policy splits a select into
 SPLIT_PROGRAMS = 1024  # most programs of a split select: its scratch is 16 keys each (128 KB)
-RELEASE_PROGRAMS = 32  # most programs of a select the scorer launches early (release_select)
+RELEASE_PROGRAMS = 8  # most programs of a select the scorer launches early (release_select)
 RELEASE_COLUMNS = 2048  # widest one-warp push the scorer launches early (release_select)
 QUEUED_PER_SM = 4  # fewest programs per SM of a CP push that runs on fewer warps (push_warps)
 WARP_SELECT_PER_SM = 2  # the same for a push through the PTX block (push_warps)
@@ -98,11 +98,13 @@ def select_split(programs: int, width: int, sms: int) -> int:
 def release_select(programs: int, warps: int = 4, columns: int = 0) -> bool:
     """Whether the scorer lets a select of ``programs`` programs (rows x heads x split) of
     ``warps`` warps and ``columns`` columns each launch at once under PDL (``score_pages``'
-    release) rather than at its end: a small grid, or one-warp programs of at most
-    RELEASE_COLUMNS columns (a CP push queued several to an SM anyway, ``push_warps``).
-    Early, the launch is hidden, but the programs land several to an SM on the SMs the
-    scorer frees first: that costs a grid of latency-bound four-warp selects, and one of
-    long one-warp selects, more than it saves."""
+    release) rather than at its end: a grid of a few programs (RELEASE_PROGRAMS), or
+    one-warp programs of at most RELEASE_COLUMNS columns (a CP push queued several to an SM
+    anyway, ``push_warps``). Early, the launch is hidden, but the programs land several to
+    an SM on the SMs the scorer frees first, and while they wait there they hold slots the
+    scorer's last programs would take: that costs a grid of latency-bound four-warp selects
+    — one program a row and head already from a handful of rows — and one of long one-warp
+    selects, more than it saves."""
     return programs <= RELEASE_PROGRAMS or (warps == 1 and columns <= RELEASE_COLUMNS)
 
 
