@@ -21,22 +21,12 @@ FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
 GAUSSIAN_PAGES = 2048  # distinct pages of CachePool(keys="gaussian"): 19 MB, quantized on the CPU
 
 
-def graph_time_us(fn, calls: int, reps: int = 10, captures: int = 2) -> float:
+def graph_time_us(fn, calls: int, reps: int = 10) -> float:
     """Median µs per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph and
-    replayed ``reps`` times (after a warm-up run that also compiles); the least such median
-    of ``captures`` graphs captured in turn. Why more than one: on an H100 the first graph
-    timed on a freshly made cache read ~15% slow in every trial, through all its replays and
-    after 100 ms of eager calls, and the next graph did not (bench/PERF.md: the first
-    shape of each grid read low)."""
+    replayed ``reps`` times (after a warm-up run that also compiles)."""
     for i in range(calls):
         fn(i)
     torch.cuda.synchronize()
-    return min(_graph_median_us(fn, calls, reps) for _ in range(captures))
-
-
-def _graph_median_us(fn, calls: int, reps: int) -> float:
-    """One graph of ``fn(i)`` for i in range(calls): the median µs per call of ``reps``
-    replays after one untimed replay."""
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for i in range(calls):
