@@ -448,6 +448,8 @@ def score_kernel_wgmma(
                     gl.thread_barrier()  # every warp is done with page i's slot
                     _issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, GUARD)
         elif ROWS == 8:
+            # The same page loop as below, unrolled: mma.sync's pages measured faster unrolled
+            # (no counter, their slots' addresses constant), wgmma's slower (bench/PERF.md).
             for i in gl.static_range(PPP):
                 for h in gl.static_range(2):  # the page's two blocks
                     c0, s0, c1, s1, run, fold = _block(
