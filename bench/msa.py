@@ -17,7 +17,7 @@ from fast.symm import SingleRankSymmetric
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from .stages import StagedMsaCP, StagedMsaStock
-from .timing import FLUSH_BYTES, disjoint_tables, graph_time_us, read_cell, variant_cell
+from .timing import FLUSH_BYTES, cold_time_us, disjoint_tables, graph_time_us, read_cell, variant_cell
 
 # (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
 # and 1.
@@ -53,7 +53,7 @@ def msa_scorer_section(
     batches,
     read_ceiling: float,
     gen,
-    timer=graph_time_us,
+    timer=cold_time_us,
     flush_bytes: int = FLUSH_BYTES,
     hot_grid=HOT_GRID,
 ) -> list[dict]:
@@ -66,7 +66,7 @@ def msa_scorer_section(
     ``loads_only`` row there for each shape the mma kernel scores (cold: its ring's copies,
     waits and read-back alone, ``score_blocks``' probe). A hot row far above its cold one
     says memory bounds the cold call; one near it, the kernel's own work; the loads-only row
-    is what the ring itself reaches. timer: ``graph_time_us`` or a stand-in; hot_grid:
+    is what the ring itself reaches. timer: ``cold_time_us`` or a stand-in; hot_grid:
     smaller in tests."""
     rows = []
     for fmt in KEY_FORMATS:
@@ -119,7 +119,7 @@ FEED_ROUNDS = 2  # interleaved rounds of each feed
 
 
 def msa_feed_section(
-    device, read_ceiling: float, gen, grid=FEED_GRID, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES
+    device, read_ceiling: float, gen, grid=FEED_GRID, timer=cold_time_us, flush_bytes: int = FLUSH_BYTES
 ) -> list[dict]:
     """The mma scorer's two ways into its ring in one run, at ``grid`` (batch, context):
     for each format and shape whose GPU kernel is the mma one (``hopper_kernel``), the
@@ -180,7 +180,7 @@ def msa_stock_stages(
     µs of the whole forward, of its scorer alone and of its select alone, each a call of
     CALLS in a graph (warm cache: the shares CP's scorer split and its push / merge would
     change; CALLS a graph, as the NVFP4 select's section, so a graph's launch is not
-    charged to a call). timer: as ``msa_scorer_section``'s."""
+    charged to a call). timer: ``graph_time_us`` or a stand-in."""
     rows = []
     for fmt in KEY_FORMATS:
         for ctx in contexts:
@@ -244,7 +244,7 @@ def msa_cp_vs_stock(
     cps=(4, 8),
     heads: int = 4,
     query_len: int = 1,
-    timer=graph_time_us,
+    timer=cold_time_us,
     flush_bytes: int = FLUSH_BYTES,
 ) -> list[dict]:
     """A CP rank's layer against a stock rank's on one GPU, per (format, context, batch,

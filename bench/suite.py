@@ -72,6 +72,7 @@ from .timing import (
     FLUSH_BYTES,
     CachePool,
     ceilings,
+    cold_time_us,
     gathered_read_GBps,
     gpu_state,
     gpu_state_line,
@@ -150,7 +151,7 @@ def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool =
     tile = random_tile(batch, hs, gen, device)
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
     out = torch.empty(batch, SLOTS * hs, pages, device=device)
-    return graph_time_us(lambda i: score_variant(tile, pool.cache, tables[i], lens, out, **variant), len(tables))
+    return cold_time_us(lambda i: score_variant(tile, pool.cache, tables[i], lens, out, **variant), len(tables))
 
 
 def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen) -> float:
@@ -273,7 +274,7 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     return rows
 
 
-def same_bytes_section(report: dict, device, timer=graph_time_us, flush_bytes: int = FLUSH_BYTES) -> None:
+def same_bytes_section(report: dict, device, timer=cold_time_us, flush_bytes: int = FLUSH_BYTES) -> None:
     """Give every scorer row (NVFP4 and MSA) two bare reads of its bytes, as fractions of the
     ceiling in the same timing: ``same_bytes_read``, streamed (``timing.same_bytes_read_GBps``:
     a small grid's launch, ramp and last wave), and ``gathered_read``, its pages fetched

@@ -21,16 +21,18 @@ FLUSH_BYTES = 256 << 20  # > 4x the H200's 60 MB L2
 GAUSSIAN_PAGES = 2048  # distinct pages of CachePool(keys="gaussian"): 19 MB, quantized on the CPU
 
 
-def graph_time_us(fn, calls: int, reps: int = 10) -> float:
+def graph_time_us(fn, calls: int, reps: int = 10, least: int = 1) -> float:
     """Median µs per call of ``fn(i)`` for i in range(calls), captured in one CUDA graph and
-    replayed ``reps`` times (after a warm-up run that also compiles)."""
+    replayed ``reps`` times (after a warm-up run that also compiles); where ``calls`` is
+    under ``least``, the graph cycles them (``fn(i % calls)``) to ``least`` calls."""
     for i in range(calls):
         fn(i)
     torch.cuda.synchronize()
+    captured = max(calls, least)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for i in range(calls):
-            fn(i)
+        for i in range(captured):
+            fn(i % calls)
     graph.replay()
     times = []
     for _ in range(reps):
@@ -39,9 +41,22 @@ def graph_time_us(fn, calls: int, reps: int = 10) -> float:
         graph.replay()
         b.record()
         b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / calls)
+        times.append(a.elapsed_time(b) * 1e3 / captured)
     times.sort()
     return times[len(times) // 2]
+
+
+# A graph that times one call per cold set holds at least this many calls (the sets
+# cycled): a replay's start is charged to its calls, and at the small grids a graph of
+# the 1-4 sets a flush's worth of bytes gives read several µs a call slow (bench/PERF.md).
+# Cycled sets stay cold: each is at least a flush (far past L2) from its next use.
+COLD_CALLS = 16
+
+
+def cold_time_us(fn, calls: int) -> float:
+    """``graph_time_us`` of one call per cold set (``calls`` sets), at least COLD_CALLS
+    calls a graph: the timer of the scorer rows and the bare reads beside them."""
+    return graph_time_us(fn, calls, least=COLD_CALLS)
 
 
 def launch_ns(fn, reps: int) -> float:
@@ -100,7 +115,7 @@ def ceilings(device) -> dict:
 READ_SHAPES = ((512, 4, 4), (1024, 16, 4), (4096, 2, 4), (4096, 4, 8))
 
 
-def same_bytes_read_GBps(device, nbytes: int, flush_bytes: int = FLUSH_BYTES, timer=graph_time_us) -> float:
+def same_bytes_read_GBps(device, nbytes: int, flush_bytes: int = FLUSH_BYTES, timer=cold_time_us) -> float:
     """GB/s of a bare streaming read of ``nbytes`` (a multiple of 4), timed as the scorers
     are: one call per cold set (together more than ``flush_bytes``, at most 64) in one
     graph, the median replay; the best of ``READ_SHAPES``. What a kernel that reads those
@@ -144,7 +159,7 @@ GATHER_SHAPES = ((1, 4), (2, 4), (4, 4), (4, 8))
 
 
 def gathered_read_GBps(
-    device, batch: int, pages: int, page_bytes: int, flush_bytes: int = FLUSH_BYTES, timer=graph_time_us
+    device, batch: int, pages: int, page_bytes: int, flush_bytes: int = FLUSH_BYTES, timer=cold_time_us
 ) -> float:
     """GB/s of a bare read of ``batch`` x ``pages`` pages of ``page_bytes`` each (a multiple
     of 4), each page fetched where a table shuffled as the scorers' (``disjoint_tables``)

@@ -623,3 +623,19 @@ def test_chained_section_times_the_layers_beside_their_scorer_rows():
     assert CHAINED_QUERY_LENS == (1, 4, 8)
     assert all(r["batch"] == 2 and r["context"] == 2048 for r in rows)
     assert all(math.isfinite(r[k]) for r in rows for k in ("layer_us", "others_us", "scorer_chained_us"))
+
+
+@pytest.mark.gpu
+def test_cold_timer_cycles_its_sets_to_the_least_graph():
+    """bench.timing.graph_time_us: a warm-up call per set, then a graph of at least
+    ``least`` calls cycling them (cold_time_us: COLD_CALLS), the time per captured call."""
+    from bench.timing import COLD_CALLS, cold_time_us, graph_time_us
+
+    seen = []
+    x = torch.zeros(1, device="cuda")
+    us = graph_time_us(lambda i: (seen.append(i), x.add_(1)), 2, reps=3, least=5)
+    assert seen == [0, 1, 0, 1, 0, 1, 0]  # two warm-up calls, five captured
+    assert us > 0 and x.item() == 2 + 5 * (1 + 3)  # the capture runs nothing; one untimed replay, three timed
+    seen.clear()
+    cold_time_us(lambda i: (seen.append(i), x.add_(1)), 3)
+    assert len(seen) == 3 + COLD_CALLS and seen[3:] == [i % 3 for i in range(COLD_CALLS)]
