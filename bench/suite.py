@@ -24,7 +24,8 @@ Prints a table (machine header first) and writes ``results.json`` and PNG plots 
    scorer row against the same run's gathered read of its pages.
 
 Every timed input is cold in L2: scorer calls rotate over disjoint page sets of a multi-GB
-cache, layer replays follow a 256 MB L2 flush. Correctness is checked first, at one size,
+cache (at least 16 calls a graph, ``timing.cold_time_us``; the bare reads beside them
+alike), layer replays follow a 256 MB L2 flush. Correctness is checked first, at one size,
 against the reference; a speedup is reported only for paths that passed in this run.
 """
 
