@@ -304,21 +304,6 @@ def test_scorer_verdicts_hold_each_row_to_its_gathered_read():
     assert "in the chained layer 0.00" in next(t["figures"] for t in judge(report) if "N 8" in t["target"])
 
 
-def _layer(context, batch, q, stock, cp, cp_score, stages, stock_top16=1.0, stock_score=10.0):
-    """A per-layer row of the bench's report (µs)."""
-    return {
-        "context": context,
-        "batch": batch,
-        "query_len": q,
-        "stock_us": stock,
-        "cp_us": cp,
-        "cp_score_us": cp_score,
-        "cp_stages_us": stages,
-        "stock_top16_us": stock_top16,
-        "stock_score_us": stock_score,
-    }
-
-
 def test_targets_judge_each_target_on_the_runs_own_figures():
     """bench.targets: the layer, top-16 and guard targets met, missed or not measured, on
     the points each names only."""
