@@ -171,11 +171,11 @@ def _select_layers(caches, decode, plan, out, query_len: int) -> None:
 def chained_section(
     device, contexts, batches, heads: int, layers: int, reps: int = 15, grids=CHAINED_GRIDS
 ) -> list[dict]:
-    """The scorer where a decode runs it, on one GPU at the small grids (those of ``grids``,
-    (batch, context) pairs, that ``contexts`` x ``batches`` holds): the CP layer of one rank (``heads`` heads, CP =
-    1: exchange, scorer, push, merge, chained by PDL) at each of ``CHAINED_QUERY_LENS``, and
-    the stock layer of one head (scorer, top-16) at q 8, timed as ``bench_layers_on_rank``
-    times them. One row a layer: the scorer row it stands beside (``hs``, ``slots``,
+    """The scorer where a decode runs it, on one GPU at the small grids (the (batch,
+    context) pairs of ``grids`` that ``contexts`` x ``batches`` holds): the CP layer of one
+    rank (``heads`` heads, CP = 1: exchange, scorer, push, merge, chained by PDL) at each of
+    ``CHAINED_QUERY_LENS``, and the stock layer of one head (scorer, top-16) at q 8, timed as
+    ``bench_layers_on_rank`` times them. One row a layer: the scorer row it stands beside (``hs``, ``slots``,
     ``batch``, ``context``), ``layer_us`` (the layer), ``others_us`` (its stages but the
     scorer, chained alone) and ``scorer_chained_us`` (the scorer alone, chained to itself
     layer after layer); ``layer_us - others_us`` is what the scorer adds to the layer."""

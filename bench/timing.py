@@ -47,8 +47,8 @@ def graph_time_us(fn, calls: int, reps: int = 10, least: int = 1) -> float:
 
 
 # A graph that times one call per cold set holds at least this many calls (the sets
-# cycled): a replay's start is charged to its calls, and at the small grids a graph of
-# the 1-4 sets a flush's worth of bytes gives read several µs a call slow (bench/PERF.md).
+# cycled): a replay's start is charged to its calls, and at the small grids, where a
+# flush's worth of bytes makes only one to four sets, it would weigh on each (bench/PERF.md).
 # Cycled sets stay cold: each is at least a flush (far past L2) from its next use.
 COLD_CALLS = 16
 
@@ -118,7 +118,8 @@ READ_SHAPES = ((512, 4, 4), (1024, 16, 4), (4096, 2, 4), (4096, 4, 8))
 def same_bytes_read_GBps(device, nbytes: int, flush_bytes: int = FLUSH_BYTES, timer=cold_time_us) -> float:
     """GB/s of a bare streaming read of ``nbytes`` (a multiple of 4), timed as the scorers
     are: one call per cold set (together more than ``flush_bytes``, at most 64) in one
-    graph, the median replay; the best of ``READ_SHAPES``. What a kernel that reads those
+    graph (``cold_time_us``: at least COLD_CALLS calls), the median replay; the best of
+    ``READ_SHAPES``. What a kernel that reads those
     bytes once can reach in this timing: below the ceiling on small reads (launch, ramp
     and last wave weigh more), at it on large ones."""
     words = nbytes // 4
@@ -163,7 +164,7 @@ def gathered_read_GBps(
 ) -> float:
     """GB/s of a bare read of ``batch`` x ``pages`` pages of ``page_bytes`` each (a multiple
     of 4), each page fetched where a table shuffled as the scorers' (``disjoint_tables``)
-    puts it, timed as they are (one call per cold set, the median replay), the best of
+    puts it, timed as they are (``cold_time_us``), the best of
     ``GATHER_SHAPES``. Below the streamed read of as many bytes
     (``same_bytes_read_GBps``) where pages scattered over the pool cost DRAM more than one
     run does: what a scorer reading those pages through such tables can reach."""
