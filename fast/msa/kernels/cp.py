@@ -14,7 +14,7 @@ column as if it began at column 0 and shifts the keys back (their low 16 bits ho
 import triton
 import triton.language as tl
 
-from indexer_constants import SLOTS, TOPK
+from indexer_constants import TOPK
 
 from ...kernels.cp import _push
 from ...kernels.device import pdl_release, pdl_wait, peer_ptr
@@ -23,7 +23,6 @@ from ...kernels.rules import is_long_request, is_short_row, own_page, row_query
 from ...select.levels import push_row_top16
 from .select import msa_output, msa_read_columns
 
-_SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)
 

@@ -12,7 +12,7 @@ block): no key is ever built for a forced or a past-the-range column.
 import triton
 import triton.language as tl
 
-from indexer_constants import PAGE, SLOTS, TOPK
+from indexer_constants import PAGE, TOPK
 
 from ...kernels.device import pdl_release, pdl_wait
 from ...kernels.guards import record_input, request_verdict, row_id_bounds
@@ -21,7 +21,6 @@ from ...select.levels import KEY_EXACT, keys_to_pages, row_top16
 from .ascending import best_in_column_order
 
 _PAGE = tl.constexpr(PAGE)
-_SLOTS = tl.constexpr(SLOTS)
 _TOPK = tl.constexpr(TOPK)
 
 
