@@ -99,6 +99,22 @@ def _goal(row: dict, large: float, small: float) -> float:
     return large if row["batch"] * row["context"] >= LARGE_GRID else small
 
 
+def _point(row: dict) -> tuple:
+    """A row's point of the grid: (hs, slots, batch, context); rows of two sections (a probe
+    and its default, a chained layer and its scorer, the two formats) pair on it."""
+    return row["hs"], row["slots"], row["batch"], row["context"]
+
+
+def _at_n(rows: list[dict], n: int) -> list[dict]:
+    """The rows whose shape runs the scorer's MMA at N = ``n`` (``mma_rows``)."""
+    return [r for r in rows if mma_rows(r["hs"] * r["slots"]) == n]
+
+
+def _of_gathered(row: dict) -> float:
+    """A row's fraction of the ceiling over its gathered read's: what the goals judge."""
+    return row["of_read_ceiling"] / row["gathered_read"]
+
+
 def _decodes_checked(report: dict) -> bool:
     """Both decodes matched the reference in this run (speedups count only then)."""
     return bool(report["checks"].get("cp")) and bool(report["checks"].get("stock"))
@@ -139,33 +155,27 @@ def _nvfp4(report: dict, n: int, large: float, small: float) -> dict:
         f"NVFP4 scorer at N {n} >= {large:.2f} of the gathered read at batch x context >= {_tokens(LARGE_GRID)},"
         f" >= {small:.2f} from {_tokens(JUDGED_FROM)} (in the chained layer where measured)"
     )
-    rows = [r for r in _judged(report.get("scorer", [])) if mma_rows(r["hs"] * r["slots"]) == n]
+    rows = _at_n(_judged(report.get("scorer", [])), n)
     if not rows:
         return _verdict(target, "not measured (no such point in this grid)", None)
     judged, cells = [], {}
     for r in rows:
-        goal, alone = _goal(r, large, small), r["of_read_ceiling"] / r["gathered_read"]
+        goal, alone = _goal(r, large, small), _of_gathered(r)
         cells[id(r)] = f"{alone:.2f} at {_grid(r)}"
         figure = alone
         layer = _chained(report, r)
         if layer is not None:
-            figure = (
-                r["of_read_ceiling"] * r["us"] / layer["adds_us"] / r["gathered_read"] if layer["adds_us"] > 0 else 0.0
-            )
+            figure = alone * r["us"] / layer["adds_us"] if layer["adds_us"] > 0 else 0.0
             cells[id(r)] += (
                 f" ({r['us']:.1f} µs alone; in the chained layer {figure:.2f}: it adds {layer['adds_us']:.1f} µs to"
                 f" {layer['layer_us']:.1f}, {layer['scorer_chained_us']:.1f} chained to itself)"
             )
         judged.append((r, figure, goal))
     figures = _by_shape(rows, lambda r: cells[id(r)])
-    gaussian = [
-        r for r in _judged(report.get("scorer", []), {"keys": "gaussian"}) if mma_rows(r["hs"] * r["slots"]) == n
-    ]
+    gaussian = _at_n(_judged(report.get("scorer", []), {"keys": "gaussian"}), n)
     if gaussian:
-        figures += "; Gaussian keys " + _by_shape(
-            gaussian, lambda r: f"{r['of_read_ceiling'] / r['gathered_read']:.2f} at {_grid(r)}"
-        )
-        judged += [(r, r["of_read_ceiling"] / r["gathered_read"], _goal(r, large, small)) for r in gaussian]
+        figures += "; Gaussian keys " + _by_shape(gaussian, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}")
+        judged += [(r, _of_gathered(r), _goal(r, large, small)) for r in gaussian]
     figures += _worst(judged) + _decode_room(report, rows, large, small)
     margin = min(figure - goal for _, figure, goal in judged)
     return _verdict(target, figures, margin >= 0, margin)
@@ -175,7 +185,7 @@ def _chained(report: dict, row: dict) -> dict | None:
     """The chained-layer row (``bench.layers.chained_section``) that stands beside scorer
     ``row``, with ``adds_us``: the layer less its other stages; None where none was timed."""
     for c in report.get("chained", []):
-        if all(c[k] == row[k] for k in ("hs", "slots", "batch", "context")):
+        if _point(c) == _point(row):
             return c | {"adds_us": c["layer_us"] - c["others_us"]}
     return None
 
@@ -187,16 +197,16 @@ def _decode_room(report: dict, rows: list[dict], large: float, small: float) -> 
     today's decode time the goal leaves (``_room``), or that the rest of the kernel (its
     loads, MMA and maxima) misses the goal by itself, so no decode can meet it in this
     kernel; "" where the run has no such probe."""
+    probes = {_point(r): r for r in report.get("scorer", []) if r.get("variant") == {"decode": "none"}}
     parts = []
     for default in rows:
-        for free in report.get("scorer", []):
-            where = ("hs", "slots", "batch", "context")
-            if free.get("variant") != {"decode": "none"} or any(free[k] != default[k] for k in where):
-                continue
-            least = _goal(default, large, small) * default["gathered_read"]
-            room = _room(free, [default], least, "the rest of the kernel", "the decode")
-            fraction = free["of_read_ceiling"] / default["gathered_read"]
-            parts.append(f"{_shape(default['hs'], default['slots'])} {fraction:.2f} at {_grid(default)}{room}")
+        free = probes.get(_point(default))
+        if free is None:
+            continue
+        least = _goal(default, large, small) * default["gathered_read"]
+        room = _room(free, [default], least, "the rest of the kernel", "the decode")
+        fraction = free["of_read_ceiling"] / default["gathered_read"]
+        parts.append(f"{_shape(default['hs'], default['slots'])} {fraction:.2f} at {_grid(default)}{room}")
     return "; with no decode at all " + ", ".join(parts) if parts else ""
 
 
@@ -207,8 +217,8 @@ def _msa(report: dict, fmt: str, least: float) -> dict:
     rows = [r for r in _judged(report.get("msa_scorer", [])) if r["format"] == fmt]
     if not rows:
         return _verdict(target, "not measured (no such point in this grid)", None)
-    judged = [(r, r["of_read_ceiling"] / r["gathered_read"], least) for r in rows]
-    figures = _by_shape(rows, lambda r: f"{r['of_read_ceiling'] / r['gathered_read']:.2f} at {_grid(r)}")
+    judged = [(r, _of_gathered(r), least) for r in rows]
+    figures = _by_shape(rows, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}")
     figures += _worst(judged) + _feed_room(report, fmt, rows, least)
     margin = min(figure - least for _, figure, _ in judged)
     return _verdict(target, figures, margin >= 0, margin)
@@ -224,8 +234,7 @@ def _feed_room(report: dict, fmt: str, rows: list[dict], least: float) -> str:
     for feed in report.get("msa_scorer", []):
         if feed["format"] != fmt or feed.get("variant") != {"loads_only": True}:
             continue
-        where = ("hs", "slots", "batch", "context")
-        default = [r for r in rows if all(r[k] == feed[k] for k in where)]
+        default = [r for r in rows if _point(r) == _point(feed)]
         if not default or default[0]["of_read_ceiling"] >= least * default[0]["gathered_read"]:
             continue
         room = _room(feed, default, least * default[0]["gathered_read"], "the ring", "the kernel's work")
@@ -256,15 +265,11 @@ def _parity(report: dict, n: int, least: float) -> dict:
     """NVFP4 pages a second over the FP8 scorer's blocks a second (the FP8 row's µs over
     the NVFP4 row's, same shape and grid), at N = ``n``: each >= ``least``."""
     target = f"NVFP4 pages a second >= {least:.2f}x the FP8 scorer's blocks at N {n}, from {_tokens(JUDGED_FROM)}"
-    fp8 = {
-        (r["hs"], r["slots"], r["batch"], r["context"]): r
-        for r in report.get("msa_scorer", [])
-        if r["format"] == "fp8" and not r.get("variant")
-    }
+    fp8 = {_point(r): r for r in report.get("msa_scorer", []) if r["format"] == "fp8" and not r.get("variant")}
     pairs = [
-        (r, fp8[key]["us"] / r["us"])
-        for r in _judged(report.get("scorer", []), gathered=False)
-        if mma_rows(r["hs"] * r["slots"]) == n and (key := (r["hs"], r["slots"], r["batch"], r["context"])) in fp8
+        (r, fp8[_point(r)]["us"] / r["us"])
+        for r in _at_n(_judged(report.get("scorer", []), gathered=False), n)
+        if _point(r) in fp8
     ]
     if not pairs:
         return _verdict(target, "not measured (no grid with both formats' rows)", None)
