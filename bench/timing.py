@@ -201,25 +201,68 @@ def variant_cell(row: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in row.get("variant", {}).items()) or "default"
 
 
-# What nvidia-smi reports of the GPU as a bench section ends, and the report's names for it.
+# What nvidia-smi reports of the GPU as a bench section ends, and the report's names for it:
+# the SM clock, its maximum, the temperature and the power, which every reading has; then the
+# memory's clock and temperature and the driver's active clock-event reasons (a bit mask:
+# power, thermal, ... caps), read where the GPU and driver give them. A memory bound kernel
+# answers to the memory's clock, and HBM heats apart from the die.
 GPU_STATE = {"clocks.sm": "sm_mhz", "clocks.max.sm": "max_sm_mhz", "temperature.gpu": "temp_c", "power.draw": "power_w"}
+GPU_MEMORY_STATE = {
+    "clocks.mem": "mem_mhz",
+    "temperature.memory": "mem_temp_c",
+    "clocks_event_reasons.active": "events",
+}
+_GPU_IDLE = 0x1  # the event "GPU idle", set at every section's end: the line leaves it out
+
+
+def _smi(fields, index: int) -> list[str] | None:
+    """nvidia-smi's values of ``fields`` for GPU ``index`` as strings, or None where it is
+    missing, fails (an older driver refuses a field it does not know) or answers another
+    number of values."""
+    query = [f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits", "-i", str(index)]
+    try:
+        done = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    values = [v.strip() for v in done.stdout.strip().split(",")]
+    return values if len(values) == len(fields) else None
+
+
+def _number(value: str) -> float | None:
+    """A reading as a number: decimal, or hexadecimal (the event mask); None for "[N/A]"
+    and the like."""
+    try:
+        return float(int(value, 16)) if value.lower().startswith("0x") else float(value)
+    except ValueError:
+        return None
 
 
 def gpu_state(after: str, index: int = 0) -> dict:
-    """``{"after": after, "sm_mhz", "max_sm_mhz", "temp_c", "power_w"}`` of GPU ``index``, read
-    with nvidia-smi as a bench section ends: the sections run minutes apart, and a GPU that
-    heats clocks its later sections lower (the clock is read as the GPU goes idle; the
+    """``{"after": after, "sm_mhz", "max_sm_mhz", "temp_c", "power_w"}`` of GPU ``index``, and
+    of ``mem_mhz``, ``mem_temp_c`` and ``events`` those the GPU reports as numbers, read with
+    nvidia-smi as a bench section ends: the sections run minutes apart, and a GPU that heats
+    clocks its later sections lower (the clock is read as the GPU goes idle; the
     temperature lags less). Only ``after`` where nvidia-smi is missing, fails or answers
-    something else than numbers."""
-    query = [f"--query-gpu={','.join(GPU_STATE)}", "--format=csv,noheader,nounits", "-i", str(index)]
-    try:
-        done = subprocess.run(["nvidia-smi", *query], capture_output=True, text=True, timeout=10, check=True)
-        values = [float(v) for v in done.stdout.strip().split(",")]
-    except (OSError, subprocess.SubprocessError, ValueError):
+    something else than numbers for the first four."""
+    names = {**GPU_STATE, **GPU_MEMORY_STATE}
+    values = _smi(names, index) or _smi(GPU_STATE, index)
+    if values is None:
         return {"after": after}
-    if len(values) != len(GPU_STATE):
+    read = dict(zip(names.values(), map(_number, values)))
+    if any(read[name] is None for name in GPU_STATE.values()):
         return {"after": after}
-    return {"after": after} | dict(zip(GPU_STATE.values(), values))
+    return {"after": after} | {name: value for name, value in read.items() if value is not None}
+
+
+def _state_cell(s: dict) -> str:
+    """One reading of ``gpu_state`` as the report's line words it."""
+    cell = f"{s['after']} {s['sm_mhz']:.0f} MHz (max {s['max_sm_mhz']:.0f}), {s['temp_c']:.0f} C, {s['power_w']:.0f} W"
+    if "mem_mhz" in s:
+        cell += f", memory {s['mem_mhz']:.0f} MHz"
+        cell += f" {s['mem_temp_c']:.0f} C" if "mem_temp_c" in s else ""
+    if int(s.get("events", 0)) & ~_GPU_IDLE:
+        cell += f", clock events {int(s['events']):#x}"
+    return cell
 
 
 def gpu_state_line(states: list[dict]) -> str:
@@ -227,10 +270,7 @@ def gpu_state_line(states: list[dict]) -> str:
     read = [s for s in states if "sm_mhz" in s]
     if not read:
         return ""
-    return "GPU as each section ended (nvidia-smi): " + "; ".join(
-        f"{s['after']} {s['sm_mhz']:.0f} MHz (max {s['max_sm_mhz']:.0f}), {s['temp_c']:.0f} C, {s['power_w']:.0f} W"
-        for s in read
-    )
+    return "GPU as each section ended (nvidia-smi): " + "; ".join(map(_state_cell, read))
 
 
 @dataclass

@@ -496,21 +496,41 @@ def test_gathered_read_kernel_reads_each_tables_pages_once(units):
 
 def test_gpu_state_reads_nvidia_smi_or_says_nothing(tmp_path, monkeypatch):
     """timing.gpu_state: the SM clock, its maximum, the temperature and the power nvidia-smi
-    gives as a bench section ends, and only the section's name where nvidia-smi is missing
-    or answers something else (CI has none); the report's line lists what was read."""
+    gives as a bench section ends, the memory's clock and temperature and the clock-event
+    mask where given, and only the section's name where nvidia-smi is missing or answers
+    something else (CI has none); a driver that refuses the memory fields is asked the first
+    four alone; the report's line lists what was read, the idle event left out."""
     from bench import timing
 
     monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi
     assert timing.gpu_state("scorer") == {"after": "scorer"}
     fake = tmp_path / "nvidia-smi"
-    fake.write_text("#!/bin/sh\necho '1755, 1980, 71, 452.31'\n")
-    fake.chmod(0o755)
+
+    def answers(line: str, refuse_memory: bool = False) -> None:
+        refuse = 'case "$1" in *clocks.mem*) exit 2;; esac\n' if refuse_memory else ""
+        fake.write_text(f"#!/bin/sh\n{refuse}echo '{line}'\n")
+        fake.chmod(0o755)
+
+    answers("1755, 1980, 71, 452.31")  # four values for seven fields: asked again, four
     hot = timing.gpu_state("msa scorer")
     assert hot == {"after": "msa scorer", "sm_mhz": 1755.0, "max_sm_mhz": 1980.0, "temp_c": 71.0, "power_w": 452.31}
-    fake.write_text("#!/bin/sh\necho '[N/A], 1980, 71, 452.31'\n")
+    answers("1755, 1980, 71, 452.31", refuse_memory=True)
+    assert timing.gpu_state("msa scorer") == hot
+    answers("1980, 1980, 45, 300.5, 2619, 61, 0x0000000000000041")
+    full = timing.gpu_state("chained")
+    core = {"after": "chained", "sm_mhz": 1980.0, "max_sm_mhz": 1980.0, "temp_c": 45.0, "power_w": 300.5}
+    assert full == core | {"mem_mhz": 2619.0, "mem_temp_c": 61.0, "events": 65.0}
+    answers("1980, 1980, 45, 300.5, 2619, [N/A], 0x0000000000000001")
+    idle = timing.gpu_state("select")
+    assert idle["mem_mhz"] == 2619.0 and "mem_temp_c" not in idle and idle["events"] == 1.0
+    answers("[N/A], 1980, 71, 452.31, 2619, 61, 0x0")
     assert timing.gpu_state("select") == {"after": "select"}
-    line = timing.gpu_state_line([{"after": "ceilings"}, hot])
-    assert line == "GPU as each section ended (nvidia-smi): msa scorer 1755 MHz (max 1980), 71 C, 452 W"
+    line = timing.gpu_state_line([{"after": "ceilings"}, hot, full, idle])
+    assert line == (
+        "GPU as each section ended (nvidia-smi): msa scorer 1755 MHz (max 1980), 71 C, 452 W; "
+        "chained 1980 MHz (max 1980), 45 C, 300 W, memory 2619 MHz 61 C, clock events 0x41; "
+        "select 1980 MHz (max 1980), 45 C, 300 W, memory 2619 MHz"
+    )
     assert timing.gpu_state_line([{"after": "ceilings"}]) == ""
 
 
