@@ -454,12 +454,18 @@ def compile_kernels(capability: int = 90) -> list[str]:
     return lines
 
 
+def compile_here(fn, signature: dict, constexprs: dict, warps: int):
+    """Kernel ``fn`` (Gluon's or Triton's) compiled for sm_90 here on ``warps`` warps (no GPU
+    needed): ``signature`` its run-time arguments, ``constexprs`` the rest, no pointer taken
+    as aligned. Its ``asm`` holds the PTX and the cubin."""
+    return _compile_source(_source(fn, signature, constexprs, attrs={}), warps)
+
+
 def kernel_loop_mix(fn, signature: dict, constexprs: dict, warps: int, mma: bool = True) -> collections.Counter:
     """``main_loop_mix`` of kernel ``fn`` (Gluon's or Triton's) compiled for sm_90 here on
     ``warps`` warps: ``signature`` its run-time arguments, ``constexprs`` the rest, no
     pointer taken as aligned. The rate tools' check that a timed loop is what it times."""
-    kernel = _compile_source(_source(fn, signature, constexprs, attrs={}), warps)
-    return main_loop_mix(disassemble(kernel.asm["cubin"]), mma)
+    return main_loop_mix(disassemble(compile_here(fn, signature, constexprs, warps).asm["cubin"]), mma)
 
 
 def _int_in(low: int, high: int):

@@ -644,3 +644,23 @@ def test_cold_timer_cycles_its_sets_to_the_least_graph():
     seen.clear()
     cold_time_us(lambda i: (seen.append(i), x.add_(1)), 3)
     assert len(seen) == 3 + COLD_CALLS and seen[3:] == [i % 3 for i in range(COLD_CALLS)]
+
+
+@pytest.mark.gpu
+def test_fp8_mma_probe_holds_the_exact_route_to_its_contract():
+    """bench.fp8_mma on the GPU: the fp16 route (the exact route's arithmetic) scores small
+    integers exactly in every case — each N, both instructions, a token's row moved within
+    its tile — and random values within fp32 rounding of 128 terms; so a row of the probe
+    that says the E4M3 MMA differs says it of the E4M3 MMA, not of the harness."""
+    import math
+
+    from bench import fp8_mma
+
+    rows = fp8_mma.measure(torch.device("cuda", 0), patterns=("integers", "random"))
+    assert len(rows) == 2 * len(fp8_mma.ROUTES) * len(fp8_mma.CASES)
+    for r in (r for r in rows if r["route"] == "f16"):
+        if r["pattern"] == "integers":
+            assert r["exact"] == 1.0 and r["err_log2"] == -math.inf, r
+            assert r["rolled"] == 0 and not any(r["same_as"].values()), r
+        else:
+            assert r["err_log2"] <= -16, r  # 127 fp32 additions: at most 127 x 2^-24 of the magnitudes' sum

@@ -375,6 +375,26 @@ def test_mma_rate_loops_are_the_mma_under_test():
         assert kept >= 0.9 * sum(mix.values()), (kind, n, steps, mix)
 
 
+def test_fp8_mma_probe_cases_are_the_instructions_they_name():
+    """``python -m bench.fp8_mma`` compares MMA instructions: compiled for sm_90 here, each
+    case issues the one its name says — E4M3 k32 on the E4M3 routes, fp16 k16 on the fp16
+    one, ``mma.sync`` m16n8 or wgmma m64nN with the case's N — else its table would compare
+    something else (Triton's ``tl.dot`` widens E4M3 to fp16 for ``mma.sync``)."""
+    done = _compile_only("-m", "bench.fp8_mma", "--compile-only", timeout=600)
+    assert done.returncode == 0, done.stderr
+    cases = re.findall(r"^(\S+) +(mma\.sync|wgmma) +N (\d+) *: (.*)$", done.stdout, flags=re.M)
+    assert len(cases) == 18, done.stdout
+    for route, mma, n, names in cases:
+        operands = "f32.f16.f16" if route == "f16" else "f32.e4m3.e4m3"
+        k = 16 if route == "f16" else 32
+        shape = f"m16n8k{k}" if mma == "mma.sync" else f"m64n{n}k{k}"
+        prefix = "mma.sync.aligned" if mma == "mma.sync" else "wgmma.mma_async.sync.aligned"
+        assert names.split(", ") == [
+            f"{prefix}.{shape}{'.row.col' if mma == 'mma.sync' else ''}.{operands}"
+            + (".f32" if mma == "mma.sync" else "")
+        ], (route, mma, n, names)
+
+
 @pytest.mark.parametrize("key_format", ["fp8", "bf16"])
 @pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 7), (4, 4), (4, 0), (8, 0)])
 def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first_slot, tmp_path):
