@@ -64,7 +64,8 @@ def msa_scorer_section(
     every cold grid (the portable route's ``tl.dot`` kernel beside the one the Hopper route
     picks, ``hopper_kernel``: the bench's own evidence for that choice) and, on GPUs, a
     ``loads_only`` row there for each shape the mma kernel scores (cold: its ring's copies,
-    waits and read-back alone, ``score_blocks``' probe). A hot row far above its cold one
+    waits and read-back alone, ``score_blocks``' probe), and last the first cold grid's
+    default rows timed ``again`` (fresh tables: what the section's order costs). A hot row far above its cold one
     says memory bounds the cold call; one near it, the kernel's own work; the loads-only row
     is what the ring itself reaches. timer: ``cold_time_us`` or a stand-in; hot_grid:
     smaller in tests."""
@@ -75,6 +76,9 @@ def msa_scorer_section(
         # the portable route's kernel (fast.route) at every cold grid
         grids += [(batch, ctx, {"kernel": "dot"}) for ctx in contexts for batch in batches]
         grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
+        # the first cold grid's default rows again, last: a row that reads slower first than
+        # again says the run's order, not the kernel, cost it (bench/PERF.md, "Left unexplained")
+        grids += [(*grids[0][:2], {"again": True})]
         need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
         blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
         cache = random_keys(blocks, fmt, device)
@@ -87,7 +91,8 @@ def msa_scorer_section(
                 sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
                 tables = disjoint_tables(batch, pages, sets, gen, device)
             lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-            launch = {k: v for k, v in variant.items() if k != "hot"}  # score_blocks' keywords (hot: the tables)
+            # score_blocks' keywords (hot: the tables; again: the default launch)
+            launch = {k: v for k, v in variant.items() if k not in ("hot", "again")}
             if launch.get("loads_only"):
                 launch["kernel"] = "mma"  # the probe is the mma kernel's
             for hs, slots in MSA_SHAPES:

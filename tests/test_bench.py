@@ -555,7 +555,7 @@ def test_msa_sections_run_check_and_print(capsys):
     )
     # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
     # the dot kernel's (cold: the portable route's, at every grid), then on a GPU the ring's
-    # probe for each shape the mma kernel scores
+    # probe for each shape the mma kernel scores, and last the first cold grid again
     from fast.msa.scorer import KEY_FORMATS, hopper_kernel
     from fast.scorer import mma_rows
 
@@ -569,13 +569,15 @@ def test_msa_sections_run_check_and_print(capsys):
             for hs, slots in bench_msa.MSA_SHAPES
             if dev.type == "cuda" and hopper_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
         ]
+        want += [(f, 2, 256, hs, slots, {"again": True}) for hs, slots in bench_msa.MSA_SHAPES]
     assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == want
     assert calls[4:8] == [1] * 4  # the hot rows: one call a shape
     assert rows[4]["GBps"] == pytest.approx(3 * 32768 / 2.0 / 1e3)  # 1 request x 3 blocks in 2 µs
     bench_msa.print_msa({"msa_scorer": rows}, sys.stdout)
     printed = capsys.readouterr().out
     assert printed.count("  hot=True\n") == 8 and printed.count("  default\n") == 8
-    assert printed.count("  kernel=dot\n") == 8 and printed.count("  loads_only=True\n") == len(want) - 24
+    assert printed.count("  kernel=dot\n") == 8 and printed.count("  loads_only=True\n") == len(want) - 32
+    assert printed.count("  again=True\n") == 8
     # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
     stages = bench_msa.msa_stock_stages(dev, (256,), (1,), gen, timer=once)
