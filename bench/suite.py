@@ -210,7 +210,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, by the Hopper route's
     kernel and the portable route's (``variant`` {"route": "portable"}), the variants at 8 x 128K,
     Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K,
-    and the no-decode probe at 8 x 1M too (where the grid has it); each row's µs, read GB/s
+    the no-decode probe at 8 x 1M and the E4M3-MMA probe at 8 x 128K too (where the grid
+    has them); each row's µs, read GB/s
     and fraction of ``read_ceiling``."""
     rows = []
 
@@ -262,11 +263,16 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     # time near the cold one and a loads-only one near the ceiling say compute, not memory;
     # the decode without its sign step (a third of its ALU work, scores of |k|) says what a
     # cheaper exact decode would be worth, and the kernel with no decode at all what a free
-    # one would: the most a decode leaves the scorer.
+    # one would: the most a decode leaves the scorer. The E4M3-MMA probe (the decode's E4M3
+    # bytes into wgmma k32: no widening, half the MMAs, not the contract's fp32 sums) prices
+    # issue 65's unbuilt E4M3 route, here and at 8 x 128K.
+    probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"), dict(decode="e4m3"))
     for hs, q in SCORER_SHAPES:
-        probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"))
         for variant in probes:
             measure(pool, 131072, 32, hs, q, variant)
+    if 131072 in contexts and 8 in batches:
+        for hs, q in SCORER_SHAPES:
+            measure(pool, 131072, 8, hs, q, dict(decode="e4m3"))
     # The no-decode probe on a large grid as well, where the goals are within a bare read's
     # reach: the targets weigh each goal against it at both grids.
     if 1048576 in contexts and 8 in batches:

@@ -22,8 +22,8 @@ from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
 VARIANT_KERNELS = ("wgmma", "prmt", "table")
-# the wgmma kernel's decode, then its two timing probes (``variant_launch``'s decode)
-DECODES = ("exact", "signless", "none")
+# the wgmma kernel's decode, then its three timing probes (``variant_launch``'s decode)
+DECODES = ("exact", "signless", "none", "e4m3")
 
 
 def variant_launch(
@@ -60,7 +60,9 @@ def variant_launch(
     decode without its sign step, scores of |k|: what a decode 4 ALU instructions cheaper
     per 8 codes would reach) or "none" (no decode: the code words' 16-bit halves as the
     fp16 operand, its loads, ring, MMA and maxima as they are — what a free decode would
-    reach). guard: False drops the wgmma kernel's block-id guard (the benchmark's measure
+    reach) or "e4m3" (the exact decode's E4M3 bytes straight into wgmma k32, q as the E4M3
+    it is: no widening, half the MMAs, Hopper's E4M3 accumulation instead of fp32 — what an
+    E4M3-MMA route would reach). guard: False drops the wgmma kernel's block-id guard (the benchmark's measure
     of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the register
     pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``), None its
     policy. tables: the wgmma kernel's scale table copied into shared memory (True) or

@@ -17,6 +17,7 @@ from indexer_constants import CODE_BYTES, PAGE, SLOTS
 from reference.cases import every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
+from reference.scores import fp32_order_bound
 from support import assert_wait_gives_up
 
 pytestmark = [pytest.mark.gpu, pytest.mark.hopper]  # the wgmma and prmt kernels, the dequantization feeds
@@ -210,6 +211,30 @@ def test_the_signless_probe_scores_the_keys_magnitudes(heads, query_len):
 
     assert torch.equal(scores(unsigned, decode="signless"), scores(unsigned))
     assert not torch.equal(scores(signed, decode="signless"), scores(signed))
+
+
+@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
+def test_the_e4m3_probe_scores_the_keys_through_an_e4m3_mma(heads, query_len):
+    """The bench's E4M3-MMA probe (``decode="e4m3"``: the decode's E4M3 bytes straight into
+    wgmma k32, q as the E4M3 it is) stores the scorer's cells and nothing else, each within
+    2^-7 of its page's largest sum of |q_d k_td| of the exact score — far looser than
+    Hopper's E4M3 accumulation needs (``python -m bench.fp8_mma`` measures that), far
+    tighter than a column or a sign out of place, which moves a score by about the whole
+    sum's scale (N 8, 16 and 32)."""
+    case = make_case(7, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
+    tile = query_tile(case.index_q, 2, query_len)
+    table, lens = case.block_table.cuda(), case.seq_lens.cuda()
+
+    def scores(**probe):
+        out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
+        first = SLOTS - query_len
+        return score_variant(tile.cuda(), case.k_cache.cuda(), table, lens, out, first_slot=first, **probe).cpu()
+
+    exact, probe = scores(), scores(decode="e4m3")
+    stored = exact != 7.0
+    assert bool(stored.any()) and torch.equal(probe != 7.0, stored)
+    scale = fp32_order_bound(tile, case.k_cache, case.block_table) / (128 * 2.0**-24)  # max_t sum_d |q_d k_td|
+    assert bool(((probe - exact).abs() <= 2.0**-7 * scale)[stored].all())
 
 
 @pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])

@@ -343,6 +343,23 @@ def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot)
     assert rest_n == rest, (rest, rest_n)
 
 
+@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
+def test_the_e4m3_probe_drops_the_widening_and_halves_the_mma(hs, first_slot):
+    """The bench's E4M3-MMA probe (``decode="e4m3"``) prices issue 65's E4M3 route: compiled
+    at N 8, 16 and 32 it must keep the exact decode's lookup and sign steps (as many
+    ``PRMT``: the E4M3 bytes' extraction into the fragment folds away), lose every ``F2FP``
+    (the widening, q's too), issue wgmma k32 (``QGMMA``, half the exact kernel's k16 MMAs —
+    at N 8 too: sm_90 has no E4M3 ``mma.sync`` of its own) and load what the exact kernel
+    loads, or its row in the bench prices something else."""
+    ops = ("PRMT", "F2FP", "HMMA", "HGMMA", "QGMMA", "LDG", "LDS", "UBLKCP")
+    exact, e4m3 = _decode_mix(hs, first_slot, "e4m3", ops)
+    (prmt, f2fp, hmma, hgmma, qgmma, *loads), (prmt_e, f2fp_e, hmma_e, hgmma_e, qgmma_e, *loads_e) = exact, e4m3
+    assert prmt > 0 and prmt_e == prmt, (prmt, prmt_e)
+    assert f2fp > 0 and f2fp_e == 0, (f2fp, f2fp_e)
+    assert qgmma == hmma_e == hgmma_e == 0 and 2 * qgmma_e == hmma + hgmma > 0, (exact, e4m3)
+    assert loads_e == loads, (loads, loads_e)
+
+
 def test_pipe_rate_loops_are_the_instruction_under_test():
     """``python -m bench.pipe_rates`` times loops of one instruction each: compiled for
     sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints

@@ -41,28 +41,34 @@ def load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS: gl.constexpr, SLOT0: gl.c
 
 
 @gluon.jit
-def logical_columns(x):
+def logical_columns(x, WIDTH: gl.constexpr = 2):
     """``x`` [R, 128] in physical dimension order, returned in logical column order:
     column k of the result is dimension d(k) of ``x`` (a permutation of each thread's
-    registers wherever a thread holds whole groups of 32 dimensions)."""
+    registers wherever a thread holds whole groups of 32 dimensions). WIDTH: the A
+    fragment's consecutive k a register, 2 for 16-bit operands (the order above), 4 for
+    E4M3 ones (the bench's E4M3-MMA probe: k = 32 kb + 16 h + 4 tig + e, d = 32 tig + 8 kb
+    + 4 h + e, e < 4; a lane's 32 columns are the same 32 dimensions either way)."""
     r: gl.constexpr = x.shape[0]
-    x = gl.reshape(x, [r, 4, 8, 2, 2])  # [r, tig, kb, h, e]: d = 32 tig + 4 kb + 2 h + e
-    x = gl.permute(x, (0, 2, 3, 1, 4))  # [r, kb, h, tig, e]: k = 16 kb + 8 h + 2 tig + e
+    x = gl.reshape(x, [r, 4, 16 // WIDTH, 2, WIDTH])  # [r, tig, kb, h, e]: d = 32 tig + 2 WIDTH kb + WIDTH h + e
+    x = gl.permute(x, (0, 2, 3, 1, 4))  # [r, kb, h, tig, e]: k = 8 WIDTH kb + 4 WIDTH h + WIDTH tig + e
     return gl.reshape(x, [r, 128])
 
 
 @gluon.jit
-def store_q_tile(q16, mma: gl.constexpr, ROWS: gl.constexpr):
-    """The MMA's q operand from q16 [ROWS, 128] (16-bit, logical column order): stored k
-    contiguous in shared memory, then for ROWS = 8 (``mma.sync``) loaded once into the B
-    operand's registers, else the tile's transposed view (wgmma reads it there)."""
+def store_q_tile(q16, mma: gl.constexpr, IN_REGISTERS: gl.constexpr):
+    """The MMA's q operand from q16 [ROWS, 128] (16-bit, or E4M3 for the bench's E4M3-MMA
+    probe; logical column order): stored k contiguous in shared memory, then for
+    ``mma.sync`` (IN_REGISTERS) loaded once into the B operand's registers, else the tile's
+    transposed view (wgmma reads it there)."""
+    ROWS: gl.constexpr = q16.shape[0]
     q_smem = gl.allocate_shared_memory(
         q16.dtype, [ROWS, 128], gl.NVMMASharedLayout.get_default_for([ROWS, 128], q16.dtype), q16
     )
     fence_async_shared()
     gl.thread_barrier()
-    if ROWS == 8:
-        q_op = q_smem.permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=2))
+    if IN_REGISTERS:
+        width: gl.constexpr = 32 // q16.dtype.primitive_bitwidth  # consecutive k a register
+        q_op = q_smem.permute((1, 0)).load(gl.DotOperandLayout(operand_index=1, parent=mma, k_width=width))
     else:
         q_op = q_smem.permute((1, 0))
     return q_op

@@ -16,7 +16,7 @@ widens E4M3 pairs to fp16 pairs with ``cvt`` (exact). Inline PTX exists on GPUs 
 interpreter uses the table gather of ``scorer_table.py``, and ``tests/test_gpu_scorer.py`` checks
 both paths against the reference on every (scale byte, code) pair.
 
-Two timing probes for the bench, never a decode. ``GROUP_ASM_TABLED_SIGNLESS`` is the same
+Three timing probes for the bench, never a decode. ``GROUP_ASM_TABLED_SIGNLESS`` is the same
 asm without its sign step (the two sign-replicate ``prmt`` and two ``lop3`` of each 8 codes,
 a third of the decode's ALU work), so its scores are those of |k|: it prices what a decode 4
 ALU instructions cheaper per 8 codes would give the scorer, the pipe that bounds it at N <=
@@ -24,7 +24,10 @@ ALU instructions cheaper per 8 codes would give the scorer, the pipe that bounds
 code word's four 16-bit halves, each four times, the first two XORed with the table's first
 four bytes — one ``lop3`` a group, which keeps the scale bytes and their table entries
 loaded as the decode has them — so the scorer does all its work but the decode: what a free
-decode would reach, the most any decode leaves it.
+decode would reach, the most any decode leaves it. ``GROUP_ASM_TABLED_E4M3`` is the exact
+decode stopped before its widening: each 8 codes' E4M3 bytes as two words, for an E4M3 MMA
+(Hopper's does not accumulate in fp32, so its scores are not the contract's: issue 65's
+E4M3-MMA route, unbuilt; the probe prices the four ``cvt`` per 8 codes and half the MMAs).
 """
 
 import triton
@@ -95,31 +98,37 @@ mov.b32 {$O2, $O3}, f1;
 mov.b32 {$O4, $O5}, f2;
 mov.b32 {$O6, $O7}, f3;
 """
+# The bench's E4M3-MMA probe keeps the E4M3 bytes: codes 0..3 and 4..7 of the half as two
+# words, byte i of a word = code i's (an E4M3 MMA's A register: 4 consecutive k).
+_BYTES_STEP = "mov.b32 $O0, e0;\nmov.b32 $O1, e1;\n"
 _DECODE_HALF = _LOOKUP_STEP + _SIGN_STEP + _WIDEN_STEP
 # What the bench's probe puts in the sign step's place: the magnitudes as they are (|k|).
 _NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
 
 
-def _group_asm(table_from_scale: bool, signed: bool = True) -> str:
-    """One group's asm: $0..$15 fp16 codes, $16 the 64-bit code word, $17 the scale byte
-    (table_from_scale) or the group's two table words as one 64-bit operand (byte i = T[i]);
-    signed False: the bench's probe, without the sign step (fp16 of |k|)."""
-    half = _DECODE_HALF if signed else _LOOKUP_STEP + _NO_SIGN_STEP + _WIDEN_STEP
+def _group_asm(table_from_scale: bool, signed: bool = True, widen: bool = True) -> str:
+    """One group's asm: $0..$15 fp16 codes (widen; else $0..$3 their E4M3 bytes, four codes
+    a word), then the 64-bit code word, then the scale byte (table_from_scale) or the
+    group's two table words as one 64-bit operand (byte i = T[i]); signed False: the bench's
+    probe, without the sign step (fp16 of |k|)."""
+    outs = 8 if widen else 2  # output registers a half-word of codes
+    half = _LOOKUP_STEP + (_SIGN_STEP if signed else _NO_SIGN_STEP) + (_WIDEN_STEP if widen else _BYTES_STEP)
+    word, scale = f"${2 * outs}", f"${2 * outs + 1}"
     if table_from_scale:
-        table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$17")
+        table = _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", scale)
     else:
-        table = "mov.b64 {tlo, thi}, $17;\n"
+        table = f"mov.b64 {{tlo, thi}}, {scale};\n"
     halves = []
-    for h, word in enumerate(("wlo", "whi")):
-        body = half.replace("WORD", word)
-        for k in range(8):
-            body = body.replace(f"$O{k}", f"${8 * h + k}")
+    for h, half_word in enumerate(("wlo", "whi")):
+        body = half.replace("WORD", half_word)
+        for k in range(outs):
+            body = body.replace(f"$O{k}", f"${outs * h + k}")
         halves.append(body)
     return (
         "{\n.reg .b32 tlo, thi, wlo, whi, m, m2, x4, p0, p1, s0, s1, e0, e1, f0, f1, f2, f3, k7, k80;\n"
         ".reg .b16 e00, e01, e10, e11;\n"
         + table
-        + "mov.b64 {wlo, whi}, $16;\nmov.b32 k7, 0x77777777;\nmov.b32 k80, 0x80808080;\n"
+        + f"mov.b64 {{wlo, whi}}, {word};\nmov.b32 k7, 0x77777777;\nmov.b32 k80, 0x80808080;\n"
         + "".join(halves)
         + "}\n"
     )
@@ -130,6 +139,8 @@ GROUP_ASM = tl.constexpr(_group_asm(table_from_scale=True))
 GROUP_ASM_TABLED = tl.constexpr(_group_asm(table_from_scale=False))
 # The bench's probe (the module's docstring): the same without the sign step.
 GROUP_ASM_TABLED_SIGNLESS = tl.constexpr(_group_asm(table_from_scale=False, signed=False))
+# The bench's E4M3-MMA probe (the module's docstring): the exact decode's bytes, not widened.
+GROUP_ASM_TABLED_E4M3 = tl.constexpr(_group_asm(table_from_scale=False, widen=False))
 # The bench's other probe (the module's docstring): output 4 i + j is the word's 16-bit half
 # j, but outputs 0 and 1 are the halves of (low word ^ the table's low word).
 GROUP_ASM_MOVES = tl.constexpr(

@@ -47,12 +47,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.runtime.jit import constexpr_function
 
 from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
-from .dequant_prmt import GROUP_ASM_MOVES, GROUP_ASM_TABLED, GROUP_ASM_TABLED_SIGNLESS
+from .dequant_prmt import GROUP_ASM_MOVES, GROUP_ASM_TABLED, GROUP_ASM_TABLED_E4M3, GROUP_ASM_TABLED_SIGNLESS
 from .guards import BAD_BLOCK, ERR_INPUT
 from .page_maxima import (
     alloc_maxima,
@@ -98,6 +99,42 @@ def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o
     T: gl.constexpr = x.shape[0]
     x = gl.reshape(x, [T, 4, 2, 2, 2, 2, 2])  # [T, tig, gh, e, h, kl0, kl1]
     x = gl.permute(x, (0, 2, 6, 5, 4, 1, 3))  # [T, gh, kl1, kl0, h, tig, e]
+    return gl.reshape(x, [T, 128])
+
+
+@constexpr_function
+def _mma_sync(rows, decode):
+    """Whether the kernel multiplies by ``mma.sync`` m16n8k16 (each warp on its own) rather
+    than wgmma: up to 8 rows, fp16 operands. Not the bench's E4M3 probe (``decode``
+    "e4m3"): sm_90 has no E4M3 ``mma.sync`` of its own — ptxas widens m16n8k32's operands
+    to fp16 and adds two m16n8k16 halves (``F2FP``, ``HMMA.16816``, ``FADD``) — so the probe
+    runs wgmma m64n8k32 there."""
+    return rows == 8 and decode != "e4m3"
+
+
+@gluon.jit
+def _byte(w, i: gl.constexpr):
+    """Byte i of int32 ``w`` (any shape) as an E4M3 value."""
+    return (w >> (8 * i)).to(gl.int8).to(gl.float8e4nv, bitcast=True)
+
+
+@gluon.jit
+def _fragment_e4m3(w0, w1, w2, w3):
+    """E4M3 [T, 128] in the E4M3 MMA's logical column order (``column_order.logical_columns``
+    at WIDTH 4) from w[j][t, g] = the E4M3 bytes of codes 4 j .. 4 j + 3 of group g of token
+    t (byte i: code 4 j + i): the bench's E4M3-MMA probe.
+
+    Physical (g, c) = (2 tig + gh, 8 kl + 4 h + e) is logical k = 32 (2 gh + kl) + 16 h + 4 tig
+    + e: each word is one A register (4 consecutive k); join the bytes into trailing axes
+    (e0, e1, h, kl), split g into (tig, gh), and order the axes as k's digits."""
+    c0 = gl.join(gl.join(_byte(w0, 0), _byte(w0, 1)), gl.join(_byte(w0, 2), _byte(w0, 3)))
+    c1 = gl.join(gl.join(_byte(w1, 0), _byte(w1, 1)), gl.join(_byte(w1, 2), _byte(w1, 3)))
+    c2 = gl.join(gl.join(_byte(w2, 0), _byte(w2, 1)), gl.join(_byte(w2, 2), _byte(w2, 3)))
+    c3 = gl.join(gl.join(_byte(w3, 0), _byte(w3, 1)), gl.join(_byte(w3, 2), _byte(w3, 3)))
+    x = gl.join(gl.join(c0, c1), gl.join(c2, c3))  # [T, g, e0, e1, h, kl]
+    T: gl.constexpr = x.shape[0]
+    x = gl.reshape(x, [T, 4, 2, 2, 2, 2, 2])  # [T, tig, gh, e0, e1, h, kl]
+    x = gl.permute(x, (0, 2, 6, 5, 1, 4, 3))  # [T, gh, kl, h, tig, e1, e0]
     return gl.reshape(x, [T, 128])
 
 
@@ -201,22 +238,31 @@ def _dequant_fragment(codes, tables, a_layout: gl.constexpr, DECODE: gl.constexp
     """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
     ``a_layout`` without moving data (checked at compile time); tables: each group's
     ``scale_tables`` entry (``_entries``). DECODE "exact" (k), or one of the bench's probes:
-    "signless" (|k|: the decode without its sign step) or "none" (the code words' 16-bit
-    halves, no decode: ``dequant_prmt``'s docstring)."""
-    asm: gl.constexpr = (
-        GROUP_ASM_TABLED
-        if DECODE == "exact"
-        else (GROUP_ASM_TABLED_SIGNLESS if DECODE == "signless" else GROUP_ASM_MOVES)
-    )
-    o = gl.inline_asm_elementwise(
-        asm,
-        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
-        [codes, tables],
-        dtype=(gl.float16,) * 16,
-        is_pure=True,
-        pack=1,
-    )
-    a = _fragment(o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15])
+    "signless" (|k|: the decode without its sign step), "none" (the code words' 16-bit
+    halves, no decode: ``dequant_prmt``'s docstring) or "e4m3" (k as the E4M3 values it is,
+    for an E4M3 MMA: ``_fragment_e4m3``)."""
+    if DECODE == "e4m3":
+        w = gl.inline_asm_elementwise(
+            GROUP_ASM_TABLED_E4M3, "=r,=r,=r,=r,l,l", [codes, tables], dtype=(gl.int32,) * 4, is_pure=True, pack=1
+        )
+        a = _fragment_e4m3(w[0], w[1], w[2], w[3])
+    else:
+        asm: gl.constexpr = (
+            GROUP_ASM_TABLED
+            if DECODE == "exact"
+            else (GROUP_ASM_TABLED_SIGNLESS if DECODE == "signless" else GROUP_ASM_MOVES)
+        )
+        o = gl.inline_asm_elementwise(
+            asm,
+            "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l",
+            [codes, tables],
+            dtype=(gl.float16,) * 16,
+            is_pure=True,
+            pack=1,
+        )
+        a = _fragment(
+            o[0], o[1], o[2], o[3], o[4], o[5], o[6], o[7], o[8], o[9], o[10], o[11], o[12], o[13], o[14], o[15]
+        )
     return gl.convert_layout(a, a_layout, assert_trivial=True)
 
 
@@ -299,7 +345,7 @@ def _score_block(
     the page's maxima (``page_maxima.page_max``); DECODE: ``_dequant_fragment``'s. Returns
     the running maximum."""
     a = _dequant_fragment(codes, _entries(scales, tab_ptr, tab_stride, TABLES), a_layout, DECODE)
-    if ROWS == 8:
+    if _mma_sync(ROWS, DECODE):
         acc = mma_v2(a, q_op, zeros)
     else:
         acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
@@ -351,7 +397,7 @@ def score_kernel_wgmma(
     GUARD: gl.constexpr = True,  # off only in the bench's measure of the guard's cost
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
-    DECODE: gl.constexpr = "exact",  # or the bench's probes: "signless" (scores of |k|), "none" (no decode)
+    DECODE: gl.constexpr = "exact",  # or the bench's probes: "signless" (|k|), "none" (no decode), "e4m3" (E4M3 MMA)
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in
@@ -367,12 +413,17 @@ def score_kernel_wgmma(
     producer (the q tile's): only for a producer that releases this kernel after its own
     wait, when nothing earlier in the stream still writes the cache, the table or the
     lengths (``score_pages``' prefetch)."""
-    # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp
-    if ROWS == 8:
+    # both MMAs give warp w tokens 16 w .. 16 w + 15 and the same A fragment per warp; the
+    # fragment's consecutive k a register: 2 of fp16, 4 of E4M3 (the bench's E4M3-MMA probe:
+    # mma.sync m16n8k32, wgmma k32)
+    WIDTH: gl.constexpr = 4 if DECODE == "e4m3" else 2
+    if _mma_sync(ROWS, DECODE):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
     else:
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 8 * WIDTH]
+        )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=WIDTH)
     b = gl.program_id(0)
     first = gl.program_id(1) * PPP
     if PDL:
@@ -405,8 +456,11 @@ def score_kernel_wgmma(
                 gdc_wait()  # for the q tile
         # q in logical column order, its rows loaded whole (column_order.py)
         qb = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
-        q16 = qb.to(gl.float8e4nv, bitcast=True).to(gl.float16)  # exact
-        q_op = store_q_tile(logical_columns(q16), mma, ROWS)
+        q8 = qb.to(gl.float8e4nv, bitcast=True)
+        if DECODE == "e4m3":
+            q_op = store_q_tile(logical_columns(q8, WIDTH), mma, _mma_sync(ROWS, DECODE))
+        else:
+            q_op = store_q_tile(logical_columns(q8.to(gl.float16)), mma, _mma_sync(ROWS, DECODE))  # exact
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
         PAD: gl.constexpr = pad_pow2(PPP)
         maxima = alloc_maxima(PAD, PARTS, ROWS)

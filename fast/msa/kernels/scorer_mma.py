@@ -284,7 +284,7 @@ def msa_score_kernel_mma(
         # NaN) and are stored as NaN either way, so its elements go in as they are.
         q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q_unwritten = gl.max(is_nan_element(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
-        q_op = store_q_tile(logical_columns(to_operand(q_raw, IS_FP8, False, True)), mma, ROWS)
+        q_op = store_q_tile(logical_columns(to_operand(q_raw, IS_FP8, False, True)), mma, ROWS == 8)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = query_position(length, SLOT0)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
