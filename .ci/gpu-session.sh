@@ -60,8 +60,9 @@ for s in "$@"; do
     ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
     mmas) stage mmas 180 "python3 -m bench.mma_rates" ;;
-    # what Hopper's E4M3 MMA does to a score (an E4M3-MMA route's facts), then the probe's own test
-    fp8-mma) stage fp8-mma 240 "python3 -m bench.fp8_mma && python3 -m pytest -q tests/test_bench.py -k fp8_mma -p no:cacheprovider" ;;
+    # what Hopper's E4M3 MMA does to a score (an E4M3-MMA route's facts), then the probe's own
+    # test and the scorer's E4M3 probe (wgmma m64n8k32 at N 8: run it before a bench that times it)
+    fp8-mma) stage fp8-mma 300 "python3 -m bench.fp8_mma && python3 -m pytest -q tests/test_bench.py tests/test_gpu_scorer.py -k 'fp8_mma or e4m3' -p no:cacheprovider" ;;
     ncu-pipes) stage ncu-pipes 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --metrics regex:sm__inst_executed_pipe_.*sum.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
     scorer) stage scorer 420 "python3 -m bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;

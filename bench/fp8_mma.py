@@ -17,6 +17,11 @@ on it must know, per score (one token's 128 products with one query row):
 - **promotion**: the same with the running sum moved to fp32 every 32 products
   (``tl.dot``'s ``max_num_imprecise_acc=32``: each k32 MMA from zero, then an fp32 add).
 
+sm_90 multiplies E4M3 natively in wgmma alone (``QGMMA``): ptxas expands an E4M3
+``mma.sync`` m16n8k32 into fp16 halves (``F2FP``, two ``HMMA.16816``, ``FADD``), so its
+cases say what that expansion computes, and an E4M3 route runs wgmma at N 8 too
+(``--compile-only`` prints each case's PTX and SASS MMAs).
+
 Each case is one warpgroup's MMA of a [64, 128] key tile, held in registers as a scorer
 holds its decoded keys, and a [128, N] query tile in shared memory, in four K chunks of 32:
 ``mma.sync`` (m16n8k32 E4M3, m16n8k16 fp16) at N 8-32, wgmma (m64nNk32 / k16, A from
@@ -40,7 +45,7 @@ DIM = 128  # K: the head dimension
 CHUNK = 32  # K of one E4M3 MMA instruction, and of a promotion
 TOKENS = 4096  # keys a case scores (64 tiles of M 64)
 ROWS = 64  # query rows; a case of N scores the first N
-CASES = [("mma.sync", n) for n in (8, 16, 32)] + [("wgmma", n) for n in (16, 32, 64)]
+CASES = [("mma.sync", n) for n in (8, 16, 32)] + [("wgmma", n) for n in (8, 16, 32, 64)]
 ROUTES = ("f16", "e4m3", "e4m3-k32")  # fp16 operands; E4M3 as is; E4M3 promoted every 32
 PATTERNS = ("random", "large", "cancel", "integers")
 _M = gl.constexpr(64)
@@ -132,15 +137,21 @@ def run_case(keys: torch.Tensor, queries: torch.Tensor, mma: str, n: int, route:
     return out
 
 
-def instruction(mma: str, n: int, route: str) -> str:
-    """The MMA a case compiles to for sm_90 (its PTX's instruction names)."""
-    from .sass import compile_here
+def instruction(mma: str, n: int, route: str) -> tuple[str, str]:
+    """The MMA a case compiles to for sm_90: (its PTX's instruction names, the SASS's MMA
+    opcodes and the F2FP / FADD beside them). sm_90 runs E4M3 natively in wgmma alone
+    (``QGMMA``); ptxas expands an E4M3 ``mma.sync`` into fp16 ``HMMA`` halves."""
+    from .sass import compile_here, disassemble
+    from .sass_listing import instruction_mix
 
     signature = {"k_ptr": "*fp8e4nv", "q_ptr": "*fp8e4nv", "out_ptr": "*fp32"}
     constexprs = {"N": n, "WGMMA": mma == "wgmma", "ROUTE": ROUTES.index(route)}
-    ptx = compile_here(_scores_kernel, signature, constexprs, 4).asm["ptx"]
+    kernel = compile_here(_scores_kernel, signature, constexprs, 4)
+    ptx = kernel.asm["ptx"]
     names = {line.split()[0] for line in ptx.splitlines() if "wgmma.mma_async" in line or "mma.sync" in line}
-    return ", ".join(sorted(names))
+    mix = instruction_mix(disassemble(kernel.asm["cubin"]))
+    sass = [f"{op} {mix[op]}" for op in ("HMMA", "HGMMA", "QGMMA", "F2FP", "FADD") if mix[op]]
+    return ", ".join(sorted(names)), ", ".join(sass)
 
 
 def measure(device, patterns=PATTERNS, cases=CASES, seed: int = 0) -> list[dict]:
@@ -211,7 +222,8 @@ def main(argv=None) -> int:
     if args.compile_only:
         for route in ROUTES:
             for name, n in CASES:
-                print(f"{route:<9} {name:<8} N {n:<3}: {instruction(name, n, route)}")
+                ptx, sass = instruction(name, n, route)
+                print(f"{route:<9} {name:<8} N {n:<3}: {ptx} | {sass}")
         return 0
     if not torch.cuda.is_available():
         print("error: no CUDA GPU (--compile-only works anywhere)")

@@ -396,20 +396,27 @@ def test_fp8_mma_probe_cases_are_the_instructions_they_name():
     """``python -m bench.fp8_mma`` compares MMA instructions: compiled for sm_90 here, each
     case issues the one its name says — E4M3 k32 on the E4M3 routes, fp16 k16 on the fp16
     one, ``mma.sync`` m16n8 or wgmma m64nN with the case's N — else its table would compare
-    something else (Triton's ``tl.dot`` widens E4M3 to fp16 for ``mma.sync``)."""
+    something else (Triton's ``tl.dot`` widens E4M3 to fp16 for ``mma.sync``). In SASS the
+    E4M3 wgmma is ``QGMMA`` alone, and the E4M3 ``mma.sync`` ptxas's expansion into fp16
+    ``HMMA`` halves added by ``FADD``, as the probe's docstring says."""
     done = _compile_only("-m", "bench.fp8_mma", "--compile-only", timeout=600)
     assert done.returncode == 0, done.stderr
-    cases = re.findall(r"^(\S+) +(mma\.sync|wgmma) +N (\d+) *: (.*)$", done.stdout, flags=re.M)
-    assert len(cases) == 18, done.stdout
-    for route, mma, n, names in cases:
+    cases = re.findall(r"^(\S+) +(mma\.sync|wgmma) +N (\d+) *: (\S+) \| (.*)$", done.stdout, flags=re.M)
+    assert len(cases) == 21, done.stdout
+    for route, mma, n, ptx, sass in cases:
         operands = "f32.f16.f16" if route == "f16" else "f32.e4m3.e4m3"
         k = 16 if route == "f16" else 32
-        shape = f"m16n8k{k}" if mma == "mma.sync" else f"m64n{n}k{k}"
-        prefix = "mma.sync.aligned" if mma == "mma.sync" else "wgmma.mma_async.sync.aligned"
-        assert names.split(", ") == [
-            f"{prefix}.{shape}{'.row.col' if mma == 'mma.sync' else ''}.{operands}"
-            + (".f32" if mma == "mma.sync" else "")
-        ], (route, mma, n, names)
+        if mma == "mma.sync":
+            assert ptx == f"mma.sync.aligned.m16n8k{k}.row.col.{operands}.f32", (route, mma, n, ptx)
+        else:
+            assert ptx == f"wgmma.mma_async.sync.aligned.m64n{n}k{k}.{operands}", (route, mma, n, ptx)
+        ops = dict(item.split() for item in sass.split(", "))
+        if route == "f16":
+            assert ("HMMA" if mma == "mma.sync" else "HGMMA") in ops and "QGMMA" not in ops, (route, mma, n, sass)
+        elif mma == "wgmma":
+            assert "QGMMA" in ops and "HMMA" not in ops and "F2FP" not in ops, (route, mma, n, sass)
+        else:
+            assert "HMMA" in ops and "FADD" in ops and "QGMMA" not in ops, (route, mma, n, sass)
 
 
 @pytest.mark.parametrize("key_format", ["fp8", "bf16"])
