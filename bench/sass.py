@@ -64,7 +64,7 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import PRMT_PAGES, PRMT_TOKENS
+from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -505,6 +505,12 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--pdl", action="store_true", help="as the decodes launch it: PDL (wgmma: and the prefetch before its wait)"
     )
+    parser.add_argument(
+        "--decode",
+        choices=DECODES,
+        default="exact",
+        help="wgmma only: the decode, or a probe of it (the bench's decode= rows; e4m3: the E4M3-MMA probe)",
+    )
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument(
         "--parts",
@@ -539,9 +545,11 @@ def main(argv=None) -> int:
         args.pdl,
         args.parts,
         args.ring,
+        decode=args.decode,
     )
+    decode = "" if args.decode == "exact" else f" decode={args.decode}"
     print(
-        f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''} "
+        f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''}{decode} "
         f"tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}"
     )
     for op, n in instruction_mix(sass).most_common(20):

@@ -360,6 +360,20 @@ def test_the_e4m3_probe_drops_the_widening_and_halves_the_mma(hs, first_slot):
     assert loads_e == loads, (loads, loads_e)
 
 
+def test_sass_tool_prices_a_decode_probe_by_part():
+    """``python -m bench.sass --decode e4m3 --parts`` prices the E4M3-MMA probe per page as
+    the exact decode is priced: its decode part lighter by the widening's four ``cvt`` per 8
+    codes at least (the budgets that PERF.md quotes)."""
+
+    def decode_part(*flags: str) -> int:
+        done = _compile_only("-m", "bench.sass", "--hs", "4", "--pdl", "--parts", *flags)
+        assert done.returncode == 0, done.stderr
+        return int(re.search(r"^  decode +(\d+) ", done.stdout, flags=re.M).group(1))
+
+    exact, e4m3 = decode_part(), decode_part("--decode", "e4m3")
+    assert e4m3 <= exact - 4 * 16, (exact, e4m3)  # 16 groups of 8 codes a page and thread at least
+
+
 def test_pipe_rate_loops_are_the_instruction_under_test():
     """``python -m bench.pipe_rates`` times loops of one instruction each: compiled for
     sm_90 here, each loop is at least 90% the instruction it names (else the rate it prints
