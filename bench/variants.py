@@ -11,9 +11,10 @@ import triton
 from fast import scorer
 from fast.backend import pdl_options
 from fast.checks import score_shapes
+from fast.kernels import page_ring
 from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.page_ring import MAX_RING
-from fast.scorer import max_ring, ring_pages, rows_for
+from fast.scorer import max_ring, ring_pages, rows_for, shared_bytes
 from indexer_constants import PAGE_BYTES, SLOTS
 
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
@@ -122,6 +123,10 @@ def variant_launch(
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
         most = max_ring(o["ROWS"], o["PPP"], o["TABLES"])
+        if decode == "e4m3" and o["ROWS"] == 8:
+            # wgmma reads the probe's E4M3 q tile at every block: it stays beside the maxima
+            # (shared_bytes counts an N 8 tile dead once in mma.sync's registers)
+            most = page_ring.max_ring(shared_bytes(8, o["PPP"]) + 8 * 128, o["TABLES"])
         if o["RING"] > most:
             raise ValueError(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"

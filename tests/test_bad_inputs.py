@@ -449,6 +449,10 @@ if DEV.type == "cuda":  # the wgmma kernel's shapes: a GPU's (elsewhere the kern
     # N 32 (4 heads, 8 slots) with 8 pages a program: its maxima leave no room for a ring
     past = _variant(ring=1, pages_per_program=8, kernel="wgmma")
     FAST_SCORER += [Row("variant-ring-past-shared", past, ValueError, "ring")]
+    # N 8 (4 heads, one slot), 8 pages: the E4M3 probe's q tile stays beside the maxima, so
+    # the fourth ring page the exact kernel has room for is one too many for it
+    e4m3 = _variant(decode="e4m3", ring=4, pages_per_program=8, first_slot=7, kernel="wgmma")
+    FAST_SCORER += [Row("variant-e4m3-ring-past-shared", e4m3, ValueError, "ring")]
 
 API_ROWS = (
     _reference_rows()
