@@ -235,9 +235,10 @@ def _load_nth_block(
 
 @gluon.jit
 def _dequant_fragment(codes, tables, a_layout: gl.constexpr, DECODE: gl.constexpr = "exact"):
-    """The A operand: fp16 [64, 128], logical column k = physical dimension d(k), in
-    ``a_layout`` without moving data (checked at compile time); tables: each group's
-    ``scale_tables`` entry (``_entries``). DECODE "exact" (k), or one of the bench's probes:
+    """The A operand: fp16 [64, 128] (E4M3 for the "e4m3" probe), logical column k =
+    physical dimension d(k), in ``a_layout`` without moving data (checked at compile time);
+    tables: each group's ``scale_tables`` entry (``_entries``). DECODE "exact" (k), or one
+    of the bench's probes:
     "signless" (|k|: the decode without its sign step), "none" (the code words' 16-bit
     halves, no decode: ``dequant_prmt``'s docstring) or "e4m3" (k as the E4M3 values it is,
     for an E4M3 MMA: ``_fragment_e4m3``)."""
