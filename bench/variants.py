@@ -5,6 +5,10 @@ itself only ever launches ``fast.scorer.score_pages``' choice."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 import triton
 
@@ -194,3 +198,33 @@ def dequant_pages_prmt(k_cache: torch.Tensor, pages: torch.Tensor) -> torch.Tens
         pages_u8 = k_cache.view(-1, PAGE_BYTES)
         dequant_kernel_prmt[(pages.shape[0],)](pages_u8, pages_u8.view(torch.int64), pages, out)
     return out
+
+
+def probe_smoke(decode: str, shapes) -> None:
+    """Launch the wgmma kernel's ``decode`` probe once at each (Hs, slots scored) of
+    ``shapes`` on a small cache of random pages, and wait for it (a GPU's)."""
+    from .timing import CachePool, random_tile
+
+    device = torch.device("cuda")
+    gen = torch.Generator().manual_seed(0)
+    batch, pages = 2, 64
+    pool = CachePool(pages, device)
+    table = torch.randint(0, pages, (batch, pages), generator=gen, dtype=torch.int32).to(device)
+    lens = torch.full((batch,), pages * 128 + 1, dtype=torch.int32, device=device)
+    for hs, slots in shapes:
+        tile, out = random_tile(batch, hs, gen, device), torch.empty(batch, SLOTS * hs, pages, device=device)
+        score_variant(tile, pool.cache, table, lens, out, first_slot=SLOTS - slots, decode=decode)
+    torch.cuda.synchronize()
+
+
+def probe_runs(decode: str, shapes, timeout: int = 600) -> bool:
+    """Whether ``probe_smoke(decode, shapes)`` completes in a child process. A probe new to
+    the GPU is tried there before the bench times it: a fault in it (an illegal address
+    ends the CUDA context) would end the whole bench, its finished sections unwritten."""
+    code = f"from bench.variants import probe_smoke; probe_smoke({decode!r}, {tuple(shapes)!r})"
+    root = Path(__file__).resolve().parent.parent
+    try:
+        done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return done.returncode == 0

@@ -666,3 +666,24 @@ def test_fp8_mma_probe_holds_the_exact_route_to_its_contract():
             assert r["rolled"] == 0 and not any(r["same_as"].values()), r
         else:
             assert r["err_log2"] <= -16, r  # 127 fp32 additions: at most 127 x 2^-24 of the magnitudes' sum
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a child that fails: here, for want of a GPU")
+def test_a_probe_whose_child_fails_is_left_out():
+    """bench.variants.probe_runs: a probe whose child process fails (here it has no GPU to
+    launch on) reads False, and the bench leaves that probe's rows out rather than dying in
+    them (the GPU tiers check that the E4M3 probe's child succeeds)."""
+    from bench.variants import probe_runs
+
+    assert probe_runs("e4m3", ((1, 8),)) is False
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_the_e4m3_probe_runs_in_its_child():
+    """The E4M3-MMA probe launches at every scorer shape of the bench (wgmma m64n8k32 at N 8
+    included) in a child process: the bench then times its rows."""
+    from bench.suite import SCORER_SHAPES
+    from bench.variants import probe_runs
+
+    assert probe_runs("e4m3", SCORER_SHAPES) is True
