@@ -124,11 +124,6 @@ def _shape(hs: int, slots: int) -> str:
     return "Hs 1" if hs == 1 else f"Hs {hs} / {slots} slot{'s' if slots > 1 else ''}"
 
 
-def _span(fractions: list[float]) -> str:
-    low, high = f"{min(fractions):.2f}", f"{max(fractions):.2f}"
-    return low + (f"-{high}" if high != low else "")
-
-
 def _by_shape(rows: list[dict], cell) -> str:
     """'Hs 1: cell(r), cell(r); Hs 4 / 8 slots: ...' over ``rows`` (sorted by shape)."""
     shapes: dict = {}
@@ -235,10 +230,13 @@ def _feed_room(report: dict, fmt: str, rows: list[dict], least: float) -> str:
         if feed["format"] != fmt or feed.get("variant") != {"loads_only": True}:
             continue
         default = [r for r in rows if _point(r) == _point(feed)]
-        if not default or default[0]["of_read_ceiling"] >= least * default[0]["gathered_read"]:
+        if not default:
             continue
-        room = _room(feed, default, least * default[0]["gathered_read"], "the ring", "the kernel's work")
-        fraction = feed["of_read_ceiling"] / default[0]["gathered_read"]
+        gathered = default[0]["gathered_read"]
+        if default[0]["of_read_ceiling"] >= least * gathered:
+            continue
+        room = _room(feed, default, least * gathered, "the ring", "the kernel's work")
+        fraction = feed["of_read_ceiling"] / gathered
         parts.append(f"{_shape(feed['hs'], feed['slots'])} {fraction:.2f} at {_grid(feed)}{room}")
     return "; its ring alone " + ", ".join(parts) if parts else ""
 
