@@ -244,11 +244,13 @@ def gpu_state(after: str, index: int = 0) -> dict:
     clocks its later sections lower (the clock is read as the GPU goes idle; the
     temperature lags less). Only ``after`` where nvidia-smi is missing, fails or answers
     something else than numbers for the first four."""
-    names = {**GPU_STATE, **GPU_MEMORY_STATE}
-    values = _smi(names, index) or _smi(GPU_STATE, index)
+    fields = {**GPU_STATE, **GPU_MEMORY_STATE}
+    values = _smi(fields, index)
+    if values is None:  # asked again for the four every GPU and driver answer
+        fields, values = GPU_STATE, _smi(GPU_STATE, index)
     if values is None:
         return {"after": after}
-    read = dict(zip(names.values(), map(_number, values)))
+    read = dict(zip(fields.values(), map(_number, values)))
     if any(read[name] is None for name in GPU_STATE.values()):
         return {"after": after}
     return {"after": after} | {name: value for name, value in read.items() if value is not None}
