@@ -65,7 +65,7 @@ def _scores_kernel(k_ptr, q_ptr, out_ptr, N: gl.constexpr, WGMMA: gl.constexpr, 
         width: gl.constexpr = 4
     if WGMMA:
         mma: gl.constexpr = gl.NVMMADistributedLayout(
-            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 32 // (4 // width)]
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, N, 8 * width]
         )
     else:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
@@ -198,8 +198,8 @@ def measure(device, patterns=PATTERNS, cases=CASES, seed: int = 0) -> list[dict]
     return rows
 
 
-def print_rows(rows: list[dict], instructions: dict | None = None) -> None:
-    """The rows as one table a pattern (``instructions``: (mma, n, route) -> PTX names)."""
+def print_rows(rows: list[dict]) -> None:
+    """The rows as one table a pattern."""
     for pattern in dict.fromkeys(r["pattern"] for r in rows):
         print(
             f"\n{pattern}: route, case, = fp16 route, = exact, log2 max error / sum |products|, "
@@ -207,10 +207,9 @@ def print_rows(rows: list[dict], instructions: dict | None = None) -> None:
         )
         for r in (r for r in rows if r["pattern"] == pattern):
             diffs = " ".join(f"{k}:{v}" for k, v in r["same_as"].items())
-            ins = f" [{instructions[(r['mma'], r['n'], r['route'])]}]" if instructions else ""
             print(
                 f"  {r['route']:<9} {r['mma']:<8} N {r['n']:<3} {r['agree']:6.3f} {r['exact']:6.3f} "
-                f"{r['err_log2']:7.1f}  {diffs}  rolled {r['rolled']}{ins}"
+                f"{r['err_log2']:7.1f}  {diffs}  rolled {r['rolled']}"
             )
 
 
