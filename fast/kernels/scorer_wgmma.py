@@ -458,10 +458,8 @@ def score_kernel_wgmma(
         # q in logical column order, its rows loaded whole (column_order.py)
         qb = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q8 = qb.to(gl.float8e4nv, bitcast=True)
-        if DECODE == "e4m3":
-            q_op = store_q_tile(logical_columns(q8, WIDTH), mma, _mma_sync(ROWS, DECODE))
-        else:
-            q_op = store_q_tile(logical_columns(q8.to(gl.float16)), mma, _mma_sync(ROWS, DECODE))  # exact
+        q_in = q8 if DECODE == "e4m3" else q8.to(gl.float16)  # the A fragment's type; fp16 exact
+        q_op = store_q_tile(logical_columns(q_in, WIDTH), mma, _mma_sync(ROWS, DECODE))
         # page i's partial maxima at [i, :, :] (pages PPP .. PAD - 1: never written, never stored)
         PAD: gl.constexpr = pad_pow2(PPP)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
