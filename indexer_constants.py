@@ -12,6 +12,10 @@ RANKED = TOPK - 1  # ranked output slots; slot RANKED holds the query's own page
 MAX_PAGES = 8192  # largest page table considered (1M tokens); page ids fit 16 bits
 MAX_QUERY_LEN = SLOTS
 
+# The scorer's MMA (§4, §4.1): 16-bit operands summed in fp32 (the default), or Hopper's
+# E4M3 MMA on the E4M3 values themselves, whose sums the reference models bit for bit.
+MMA_ROUTES = ("exact", "e4m3")
+
 SUPPORTED_HEADS = (1, 2, 4, 8)
 SUPPORTED_CP = (1, 2, 4, 8)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from indexer_constants import PAGE, ROW_BYTES
+from indexer_constants import MMA_ROUTES, PAGE, ROW_BYTES
 
 
 def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
@@ -29,6 +29,14 @@ def check_int(name: str, value, allowed=None, low=None, high=None) -> int:
         bound = f"in {low}..{high}" if high is not None else f">= {low}"
         raise ValueError(f"{name}: must be {bound}, got {value}")
     return value
+
+
+def check_mma(mma) -> str:
+    """The scorer's MMA route: one of ``MMA_ROUTES`` (DESIGN §4.1), or ValueError naming
+    ``mma``."""
+    if not isinstance(mma, str) or mma not in MMA_ROUTES:
+        raise ValueError(f"mma: must be one of {MMA_ROUTES}, got {mma!r}")
+    return mma
 
 
 def check_pages(name: str, pages, *, at_least: int = 0) -> torch.Tensor:

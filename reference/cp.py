@@ -16,6 +16,7 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 
+from .arguments import check_mma
 from .decode import UNWRITTEN_Q, query_rows
 from .rules import long_requests, long_rows, own_pages
 from .scores import score_pages
@@ -165,7 +166,7 @@ class CPTrace:
     ranks: list[RankTrace]
 
 
-def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.Tensor, CPTrace]:
+def _simulate(inputs: DecodeInputs, cp: int, width: int | None, mma: str) -> tuple[torch.Tensor, CPTrace]:
     layout = HeadLayout(cp, inputs.heads)
     batch, q, heads = inputs.batch, inputs.query_len, inputs.heads
     rows, hr = batch * q, layout.heads_per_rank
@@ -201,7 +202,7 @@ def _simulate(inputs: DecodeInputs, cp: int, width: int | None) -> tuple[torch.T
         # 0. plan, 2. score on the compact table with the lying lengths.
         cbt, n_local, score_lens = plan_rank(inputs.block_table, inputs.seq_lens, num_pages, width, cp, r)
         scores = torch.full((batch, SLOTS * heads, width), torch.nan)
-        score_pages(tiles[r].view(torch.float8_e4m3fn), inputs.k_cache, cbt, score_lens, scores)
+        score_pages(tiles[r].view(torch.float8_e4m3fn), inputs.k_cache, cbt, score_lens, scores, mma=mma)
         # 3. local top-16 + push into slot r of every owner's receive buffer.
         keys = local_top16(scores, own, n_local, q, cp, r)
         for h in range(heads):
@@ -241,16 +242,18 @@ def check_rearmed(tiles_armed: list[bool], recv: list[torch.Tensor]) -> None:
             raise RuntimeError(f"rank {r}: the step left a buffer un-armed (a stale q or candidate)")
 
 
-def cp_decode(index_q, k_cache, block_table, seq_lens, query_len, *, cp, width=None, trace=False):
+def cp_decode(index_q, k_cache, block_table, seq_lens, query_len, *, cp, width=None, trace=False, mma="exact"):
     """Decode with CP ranks simulated step by step; must equal ``full_decode`` bit for bit.
 
     index_q: float8_e4m3fn ``[rows, H, 128]``; k_cache: uint8 ``[N, 128, 72]``;
     block_table: int32 ``[B, P_table]``; seq_lens: int32 ``[B]``; query_len: 1..8;
     cp: 1, 2, 4 or 8; width: the compact width W (default ``ceil(P / CP) + 1``; a larger
-    one, as a plan fixed by a wider first table, must not change the output).
+    one, as a plan fixed by a wider first table, must not change the output); mma: the
+    scorer's MMA route, as ``full_decode``'s (CP equals the full decode of the same route).
     Returns int32 ``[rows, H, 16]``, or ``(out, CPTrace)`` with ``trace=True``.
     """
     cp = check_cp(cp)
+    mma = check_mma(mma)
     inputs = check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len)
-    out, tr = _simulate(inputs, cp, width)
+    out, tr = _simulate(inputs, cp, width, mma)
     return (out, tr) if trace else out

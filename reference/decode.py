@@ -6,6 +6,7 @@ import torch
 
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
+from .arguments import check_mma
 from .rules import own_pages
 from .scores import score_pages
 from .selection import select
@@ -37,8 +38,8 @@ def query_rows(scores: torch.Tensor, query_len: int, heads: int) -> torch.Tensor
     return per_slot.reshape(batch * query_len, heads, width)
 
 
-def full_scores(inputs: DecodeInputs) -> torch.Tensor:
-    """Every query's full-context page scores.
+def full_scores(inputs: DecodeInputs, mma: str = "exact") -> torch.Tensor:
+    """Every query's full-context page scores (mma: ``score_pages``').
 
     Returns float32 ``[rows, H, P]`` (column j = page j of the table); columns the scorer
     does not store for a row (j >= own) hold NaN.
@@ -46,35 +47,37 @@ def full_scores(inputs: DecodeInputs) -> torch.Tensor:
     width = inputs.num_pages
     tile = query_tile(inputs.index_q, inputs.batch, inputs.query_len)
     out = torch.full((inputs.batch, SLOTS * inputs.heads, width), torch.nan)
-    score_pages(tile, inputs.k_cache, inputs.block_table[:, :width], inputs.seq_lens, out)
+    score_pages(tile, inputs.k_cache, inputs.block_table[:, :width], inputs.seq_lens, out, mma=mma)
     return query_rows(out, inputs.query_len, inputs.heads)
 
 
-def _decode(index_q, k_cache, block_table, seq_lens, query_len, key: str) -> torch.Tensor:
+def _decode(index_q, k_cache, block_table, seq_lens, query_len, key: str, mma: str) -> torch.Tensor:
+    mma = check_mma(mma)
     inputs = check_decode_inputs(index_q, k_cache, block_table, seq_lens, query_len)
-    scores = full_scores(inputs)
+    scores = full_scores(inputs, mma)
     rows, heads, width = scores.shape
     own = own_pages(inputs.seq_lens, inputs.query_len).repeat_interleave(heads)
     picked = select(scores.reshape(rows * heads, width), own, inputs.num_pages, key)
     return picked.view(rows, heads, TOPK)
 
 
-def full_decode(index_q, k_cache, block_table, seq_lens, query_len) -> torch.Tensor:
+def full_decode(index_q, k_cache, block_table, seq_lens, query_len, *, mma: str = "exact") -> torch.Tensor:
     """The oracle: exact full-context selection.
 
     index_q: float8_e4m3fn ``[rows, H, 128]``, rows = B * query_len; k_cache: uint8
     ``[N, 128, 72]``; block_table: int32 ``[B, P_table]``; seq_lens: int32 ``[B]``;
     query_len: int in 1..8. Returns int32 ``[rows, H, 16]``: 15 pages by (score desc, page
     asc) among ``j < min(own, P)``, -1 where none is left, the own page in slot 15; rows
-    with ``own + 1 <= 16`` get ``[0..own, -1, ...]``.
+    with ``own + 1 <= 16`` get ``[0..own, -1, ...]``. mma: the scorer's MMA route, "exact"
+    (§4) or "e4m3" (§4.1: the scores Hopper's E4M3 MMA gives, selected exactly as ever).
     """
-    return _decode(index_q, k_cache, block_table, seq_lens, query_len, "exact")
+    return _decode(index_q, k_cache, block_table, seq_lens, query_len, "exact", mma)
 
 
-def stock_decode(index_q, k_cache, block_table, seq_lens, query_len) -> torch.Tensor:
+def stock_decode(index_q, k_cache, block_table, seq_lens, query_len, *, mma: str = "exact") -> torch.Tensor:
     """The stock (non-CP) selection: as ``full_decode`` but ranked by the 16-bit key.
 
     Same arguments and output as ``full_decode``. Ties at 16-bit resolution go to the
     lower page, so it may differ from the oracle only where quantization merged scores.
     """
-    return _decode(index_q, k_cache, block_table, seq_lens, query_len, "stock")
+    return _decode(index_q, k_cache, block_table, seq_lens, query_len, "stock", mma)

@@ -6,7 +6,8 @@ import torch
 
 from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
 
-from .arguments import check_pages, check_tensor
+from .arguments import check_mma, check_pages, check_tensor
+from .e4m3_mma import e4m3_mma_dot
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
 from .rules import own_page
 
@@ -38,13 +39,14 @@ class _Workspace:
         self.values = torch.empty(pages * CODE_BYTES, dtype=torch.complex128)
 
 
-def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace) -> torch.Tensor:
+def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace, mma: str = "exact") -> torch.Tensor:
     """Score query rows against NVFP4 pages.
 
     q_rows: float64 ``[R, 128]`` holding E4M3 values; pages: uint8 ``[n, 128, 72]``.
-    Returns float32 ``[R, n]``: max over the 128 tokens of the dot product.
+    Returns float32 ``[R, n]``: max over the 128 tokens of the dot product. mma "e4m3":
+    each dot product as Hopper's E4M3 MMA sums it (``e4m3_mma.e4m3_mma_dot``).
 
-    Each dot product is computed exactly and rounded once to fp32. Exact because every
+    mma "exact": each dot product is computed exactly and rounded once to fp32. Exact because every
     product of two E4M3 values is a multiple of 2^-18 below 2^18 in magnitude, so any
     partial sum of 128 of them needs at most 43 bits and float64 holds it in any order.
     That makes a score independent of how pages are batched (CP and full decode agree bit
@@ -54,6 +56,8 @@ def page_scores(q_rows: torch.Tensor, pages: torch.Tensor, work: _Workspace) -> 
     """
     n = pages.shape[0]
     k = dequantize_nvfp4_f64(pages, work.index, work.values)  # [n * 128, 128]
+    if mma == "e4m3":
+        return e4m3_mma_dot(q_rows, k).view(n, PAGE, -1).amax(dim=1).T.contiguous()
     dots = (k @ q_rows.T).view(n, PAGE, -1)
     return dots.amax(dim=1).T.to(torch.float32) + 0.0
 
@@ -83,6 +87,8 @@ def score_pages(
     block_table: torch.Tensor,
     lens: torch.Tensor,
     out: torch.Tensor,
+    *,
+    mma: str = "exact",
 ) -> torch.Tensor:
     """The scorer contract: write page scores into ``out``, leaving every other column alone.
 
@@ -92,8 +98,10 @@ def score_pages(
     ``j < min((len - 1) // 128, W)`` and stored in row (slot, head) only if also
     ``j < own(slot) = (len - 8 + slot) // 128``. Returns ``out``.
     Only the table entries of computed columns are read; they must lie in ``[0, N)``.
+    mma: how a dot product is summed, "exact" (§4) or "e4m3" (Hopper's E4M3 MMA, §4.1).
     """
     batch, hs, width = check_score_shapes(q_tile, block_table, out)
+    mma = check_mma(mma)
     check_tensor("q_tile", q_tile, torch.float8_e4m3fn, 4)
     k_cache = check_pages("k_cache", k_cache, at_least=1)
     check_tensor("lens", lens, torch.int32, 1)
@@ -122,7 +130,7 @@ def score_pages(
             stop = min(start + PAGE_CHUNK, n)
             s = torch.full((SLOTS * hs, stop - start), torch.nan)
             if bool(live.any()):
-                s[live] = page_scores(q_all[b][live], k_cache[ids[start:stop]], work)
+                s[live] = page_scores(q_all[b][live], k_cache[ids[start:stop]], work, mma)
             keep = torch.arange(start, stop)[None, :] < own[b][:, None]
             view = out[b, :, start:stop]
             view.copy_(torch.where(keep, s, view))

@@ -23,7 +23,7 @@ from ..selection import exact_keys, top_keys, two_level_top16
 from ..validate import check_cp
 from .decode import bits_view, query_rows, unwritten, unwritten_tile
 from .inputs import causal_blocks, check_msa_inputs
-from .scores import score_blocks
+from .scores import check_msa_mma, score_blocks
 from .selection import assemble, candidates
 
 _I64 = torch.int64
@@ -92,16 +92,29 @@ class MsaTrace:
 
 
 def cp_decode(
-    index_q, k_cache, block_table, seq_lens, query_len, *, init_blocks, local_blocks, cp, width=None, trace=False
+    index_q,
+    k_cache,
+    block_table,
+    seq_lens,
+    query_len,
+    *,
+    init_blocks,
+    local_blocks,
+    cp,
+    width=None,
+    trace=False,
+    mma="exact",
 ):
     """MSA decode with CP ranks simulated step by step; must equal ``full_decode`` bit for bit.
 
     Arguments as ``full_decode``, plus cp: 1, 2, 4 or 8; width: the compact width (default
-    ``ceil(P / CP)``; a larger one must not change the output). Returns int32
+    ``ceil(P / CP)``; a larger one must not change the output); mma: as ``full_decode``'s.
+    Returns int32
     ``[rows, H, 16]``, or ``(out, MsaTrace)`` with ``trace=True``.
     """
     cp = check_cp(cp)
     inputs = check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_blocks, local_blocks)
+    mma = check_msa_mma(mma, inputs.k_cache.dtype)
     batch, q, heads, p = inputs.batch, inputs.query_len, inputs.heads, inputs.num_pages
     need = msa_width(p, cp)
     width = need if width is None else check_int("width", width, low=need)
@@ -136,7 +149,7 @@ def cp_decode(
         cbt = compact_table(inputs.block_table, p, width, cp, r)
         lens = torch.where(long_reqs, inputs.seq_lens, 0).to(torch.int32)
         scores = torch.full((batch, SLOTS * heads, width), torch.nan)
-        score_blocks(tiles[r], inputs.k_cache, cbt, lens, scores, num_pages=p, stride=cp, offset=r)
+        score_blocks(tiles[r], inputs.k_cache, cbt, lens, scores, num_pages=p, stride=cp, offset=r, mma=mma)
         # 3. local top-16 of long rows, pushed into slot r of every owner's buffer.
         keys = local_top16(scores, n, p, windows, q, cp, r)
         for h in range(heads):

@@ -7,7 +7,7 @@ import torch
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
 from .inputs import MsaInputs, causal_blocks, check_msa_inputs
-from .scores import score_blocks
+from .scores import check_msa_mma, score_blocks
 from .selection import select
 
 
@@ -47,26 +47,27 @@ def query_rows(scores: torch.Tensor, query_len: int, heads: int) -> torch.Tensor
     return per_slot.reshape(batch * query_len, heads, width)
 
 
-def full_scores(inputs: MsaInputs) -> torch.Tensor:
+def full_scores(inputs: MsaInputs, mma: str = "exact") -> torch.Tensor:
     """Every query's full-context block scores: float32 ``[rows, H, P]``, NaN where the
-    scorer stores nothing (blocks past the query's position)."""
+    scorer stores nothing (blocks past the query's position); mma: ``score_blocks``'."""
     width = inputs.num_pages
     tile = query_tile(inputs.index_q, inputs.batch, inputs.query_len)
     out = torch.full((inputs.batch, SLOTS * inputs.heads, width), torch.nan)
-    score_blocks(tile, inputs.k_cache, inputs.block_table[:, :width], inputs.seq_lens, out, num_pages=width)
+    score_blocks(tile, inputs.k_cache, inputs.block_table[:, :width], inputs.seq_lens, out, num_pages=width, mma=mma)
     return query_rows(out, inputs.query_len, inputs.heads)
 
 
-def full_decode(index_q, k_cache, block_table, seq_lens, query_len, *, init_blocks, local_blocks):
+def full_decode(index_q, k_cache, block_table, seq_lens, query_len, *, init_blocks, local_blocks, mma="exact"):
     """The MSA oracle: exact full-context selection with forced windows, ascending output.
 
     index_q: bf16 or e4m3 ``[rows, H, 128]`` (rows = B * query_len); k_cache: the same
     dtype ``[N, 128, 128]``; block_table: int32 ``[B, P_table]``; seq_lens: int32 ``[B]``;
     query_len: 1..8; init_blocks, local_blocks: forced windows (sum <= 16). Returns int32
     ``[rows, H, 16]``: block ids ascending, -1 padded at the end (docs/DESIGN.md §10.3).
+    mma: the scorer's MMA route, "exact" or, for E4M3 keys, "e4m3" (§4.1).
     """
     inputs = check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_blocks, local_blocks)
-    scores = full_scores(inputs)
+    scores = full_scores(inputs, check_msa_mma(mma, inputs.k_cache.dtype))
     rows, heads, width = scores.shape
     n = causal_blocks(inputs.seq_lens, inputs.query_len).repeat_interleave(heads)
     picked = select(scores.reshape(rows * heads, width), n, inputs.num_pages, inputs.init_blocks, inputs.local_blocks)

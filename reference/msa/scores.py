@@ -6,7 +6,8 @@ import torch
 
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from ..arguments import check_int, check_tensor
+from ..arguments import check_int, check_mma, check_tensor
+from ..e4m3_mma import e4m3_mma_dot
 from .inputs import check_keys
 
 # Blocks scored at once: the float64 products of one chunk are [rows, chunk, 128, 128].
@@ -39,7 +40,23 @@ def computed_blocks(lens: torch.Tensor, num_pages: int) -> torch.Tensor:
     return (-(-lens.to(torch.int64) // PAGE)).clamp(0, num_pages)
 
 
-def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1, offset=0):
+def e4m3_dot(q_rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """``tree_dot``'s shape for the E4M3-MMA route (DESIGN §4.1): each dot product as
+    Hopper's E4M3 MMA sums it. q_rows: float64 ``[R, 128]``, keys: float64 ``[n, 128,
+    128]``, both E4M3 values. Returns float64 ``[R, n, 128]`` (float32 values)."""
+    n = keys.shape[0]
+    dots = e4m3_mma_dot(q_rows, keys.reshape(n * PAGE, HEAD_DIM))  # [n * 128, R]
+    return dots.to(torch.float64).view(n, PAGE, -1).permute(2, 0, 1)
+
+
+def check_msa_mma(mma, dtype: torch.dtype) -> str:
+    """The MMA route for keys of ``dtype``: ``check_mma``'s, "e4m3" for E4M3 keys only."""
+    if check_mma(mma) == "e4m3" and dtype != torch.float8_e4m3fn:
+        raise ValueError(f"mma: 'e4m3' scores E4M3 keys, not {dtype}")
+    return mma
+
+
+def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1, offset=0, mma="exact"):
     """The MSA scorer contract: write block scores into ``out``, leaving every other column alone.
 
     q_tile: ``[B, 8, Hs, 128]`` in the cache dtype (bf16 or e4m3; a slot holding NaN is
@@ -49,7 +66,9 @@ def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1
     table holds. Column j is computed when ``g < min(ceil(len / 128), P)`` (its id must lie
     in ``[0, N)``) and stored in row (slot, head) when also ``128 g <= pos = len - 8 + slot``:
     the largest, over the block's tokens t with ``128 g + t <= pos``, of ``q . k_t``, rounded
-    once to fp32 (+0.0 added, as an fp32 accumulator starting at +0.0 gives). Returns out.
+    once to fp32 (+0.0 added, as an fp32 accumulator starting at +0.0 gives). mma: "exact",
+    or "e4m3" (E4M3 keys only: the dot products Hopper's E4M3 MMA gives, DESIGN §4.1).
+    Returns out.
     """
     check_tensor("out", out, torch.float32, 3)
     check_tensor("block_table", block_table, torch.int32, 2)
@@ -59,6 +78,7 @@ def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1
     num_pages = check_int("num_pages", num_pages, low=1)
     stride = check_int("stride", stride, low=1)
     offset = check_int("offset", offset, low=0, high=stride - 1)
+    dot = e4m3_dot if check_msa_mma(mma, k_cache.dtype) == "e4m3" else tree_dot
     if q_tile.dim() != 4 or q_tile.shape[1] != SLOTS or q_tile.shape[3] != HEAD_DIM:
         raise ValueError(f"q_tile: expected [B, {SLOTS}, Hs, {HEAD_DIM}], got {list(q_tile.shape)}")
     batch, _, hs, _ = q_tile.shape
@@ -93,7 +113,7 @@ def score_blocks(q_tile, k_cache, block_table, lens, out, *, num_pages, stride=1
             g = g_all[c]
             s = torch.full((SLOTS * hs, c.numel()), torch.nan, dtype=torch.float64)
             if bool(live.any()):
-                dots = tree_dot(q_all[b][live], k_cache[ids[start : start + BLOCK_CHUNK]].to(torch.float64))
+                dots = dot(q_all[b][live], k_cache[ids[start : start + BLOCK_CHUNK]].to(torch.float64))
                 visible = (g[None, :, None] * PAGE + tokens) <= pos[live][:, None, None]
                 s[live] = torch.where(visible, dots, -torch.inf).amax(dim=-1)
             keep = (g[None, :] * PAGE) <= pos[:, None]
