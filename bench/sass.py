@@ -48,7 +48,16 @@ from fast.msa.kernels.scorer_dot import msa_score_kernel
 from fast.msa.kernels.scorer_mma import msa_score_kernel_mma
 from fast.msa.kernels.select import msa_bounds_kernel, msa_stock_select_kernel
 from fast.msa.scorer import mma_constants, mma_partials
-from fast.scorer import WGMMA_DEPTH, long_row_pages, max_registers, mma_rows, ring_pages, rows_for, shared_tables
+from fast.scorer import (
+    WGMMA_DEPTH,
+    long_row_pages,
+    max_registers,
+    max_ring,
+    mma_rows,
+    ring_pages,
+    rows_for,
+    shared_tables,
+)
 from fast.select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from fast.select.warp_ptx import warp_asm_options
 from indexer_constants import PAGE, SLOTS
@@ -150,13 +159,15 @@ def scorer_sass(
             | ({"LOADS_ONLY": True} if loads_only else {})
         )
         dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
-        ring_constants = mma_constants(dtype, rows, ppp, ring)  # as score_blocks launches it
+        mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route (fp8 keys)
+        ring_constants = mma_constants(dtype, rows, ppp, ring, mma)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
         src = _source(msa_score_kernel_mma, signature, constexprs | ring_constants)
         num_warps = 4
     elif kernel == "wgmma":
         rows = mma_rows(live)
+        mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route, as plan_scorer's
         ppp = pages or long_row_pages(rows)
         constexprs = common | {
             "ROWS": rows,
@@ -166,7 +177,7 @@ def scorer_sass(
             "RELEASE": False,
             "PARTS": partial_maxima(rows, ppp),
             "RECORD": False,
-            "RING": ring_pages(rows, ppp) if ring is None else ring,
+            "RING": min(ring_pages(rows, ppp), max_ring(rows, ppp, None, mma)) if ring is None else ring,
             "TABLES": shared_tables(rows),
             "DECODE": decode,
         }
@@ -509,7 +520,7 @@ def main(argv=None) -> int:
         "--decode",
         choices=DECODES,
         default="exact",
-        help="wgmma only: the decode, or a probe of it (the bench's decode= rows; e4m3: the E4M3-MMA probe)",
+        help="wgmma: the decode, or a probe of it (the bench's decode= rows); e4m3: the E4M3-MMA route (msa-fp8 too)",
     )
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument(

@@ -15,10 +15,9 @@ import triton
 from fast import scorer
 from fast.backend import pdl_options
 from fast.checks import score_shapes
-from fast.kernels import page_ring
 from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.page_ring import MAX_RING
-from fast.scorer import max_ring, ring_pages, rows_for, shared_bytes
+from fast.scorer import max_ring, ring_pages, rows_for
 from indexer_constants import PAGE_BYTES, SLOTS
 
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
@@ -113,7 +112,15 @@ def variant_launch(
             q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps
         )
     launch = scorer.plan_scorer(
-        q_tile, k_cache, block_table, lens, out, first_slot=first_slot, kernel=kernel, error=error
+        q_tile,
+        k_cache,
+        block_table,
+        lens,
+        out,
+        first_slot=first_slot,
+        kernel=kernel,
+        error=error,
+        mma="e4m3" if decode == "e4m3" else "exact",
     )
     if launch is None:
         return None
@@ -123,14 +130,10 @@ def variant_launch(
         if pages_per_program:
             o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
-        o["RING"] = 0 if register_fed else ring_pages(o["ROWS"], o["PPP"]) if ring is None else ring
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
-        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"])
-        if decode == "e4m3" and o["ROWS"] == 8:
-            # wgmma reads the probe's E4M3 q tile at every block: it stays beside the maxima
-            # (shared_bytes counts an N 8 tile dead once in mma.sync's registers)
-            most = page_ring.max_ring(shared_bytes(8, o["PPP"]) + 8 * 128, o["TABLES"])
+        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], "e4m3" if decode == "e4m3" else "exact")
+        o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"]), most) if ring is None else ring
         if o["RING"] > most:
             raise ValueError(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"

@@ -59,7 +59,7 @@ def build_cp_decode(
 
     key_format: "nvfp4" (``IndexerDecodeCP``), or "bf16" / "fp8" (``MsaDecodeCP``, which
     also takes the forced windows ``init_blocks`` and ``local_blocks``; "nvfp4" takes
-    none). kwargs go to the state (spin_timeout_s, pdl). The format and
+    none). kwargs go to the state (spin_timeout_s, pdl, mma). The format and
     the windows are checked even where CP cannot run: they are the caller's choice either way.
     """
     if key_format not in CP_KEY_FORMATS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from indexer_constants import HEAD_DIM, MAX_QUERY_LEN, PAGE, ROW_BYTES, SLOTS, TOPK
+from indexer_constants import HEAD_DIM, MAX_QUERY_LEN, MMA_ROUTES, PAGE, ROW_BYTES, SLOTS, TOPK
 
 # Most requests a decode state holds: the kernels' int32 offsets into a layer's buffers stay
 # below 2^31 (two tile sets of max_reqs x 8 rows x H x 32 words: < 2^30 at H = 8).
@@ -37,6 +37,22 @@ def check_tensor(name: str, x, dtype: torch.dtype, dims: int) -> None:
         raise TypeError(f"{name}: expected dtype {dtype}, got {x.dtype}")
     if x.dim() != dims:
         raise ValueError(f"{name}: expected {dims} dimensions, got shape {list(x.shape)}")
+
+
+def mma_route(mma, route, key_dtype: torch.dtype = torch.float8_e4m3fn) -> str:
+    """The scorer's MMA route (DESIGN §4.1): one of ``MMA_ROUTES``; "e4m3" only where
+    ``route`` (``fast.route.Route``) runs Hopper's E4M3 MMA and the keys are E4M3 values
+    (NVFP4 pages, or ``key_dtype`` float8_e4m3fn). ValueError naming ``mma`` otherwise."""
+    if not isinstance(mma, str) or mma not in MMA_ROUTES:
+        raise ValueError(f"mma: must be one of {MMA_ROUTES}, got {mma!r}")
+    if mma == "e4m3" and not route.e4m3_mma:
+        raise ValueError(
+            f"mma: 'e4m3' runs Hopper's E4M3 MMA, which the {route.name} route on {route.device} does not "
+            "(an sm_90 GPU on the hopper route; the reference computes the same scores anywhere)"
+        )
+    if mma == "e4m3" and key_dtype != torch.float8_e4m3fn:
+        raise ValueError(f"mma: 'e4m3' scores E4M3 keys, not {key_dtype}")
+    return mma
 
 
 def device_tensor(name: str, x, dtype: torch.dtype, dims: int, device: torch.device) -> None:

@@ -90,6 +90,8 @@ class IndexerDecodeCP:
     capability; ValueError below sm_80) is ``self.route`` and logged at INFO on the "fast"
     logger. pdl: launch the kernels as programmatic dependents where the device has PDL
     (sm_90 and newer; elsewhere off). spin_timeout_s: the bound on every wait for a peer.
+    mma: the scorer's MMA route, "exact" or "e4m3" (``StockDecode``'s; a CP state and the
+    stock or full decode of the same route agree bit for bit, DESIGN §4.1).
     """
 
     query_dtype = torch.float8_e4m3fn  # index_q's dtype (a subclass may set its own before __init__)
@@ -118,6 +120,7 @@ class IndexerDecodeCP:
         symm: Symmetric,
         spin_timeout_s: float | None = None,
         pdl: bool = False,
+        mma: str = "exact",
     ):
         if not isinstance(symm, Symmetric):
             raise TypeError(f"symm: expected a fast.symm.Symmetric (the ranks' buffers), got {type(symm).__name__}")
@@ -138,6 +141,7 @@ class IndexerDecodeCP:
         self._timeout_ns = int(self.timeout_s * 1e9)
         self._wall = self.device.type != "cuda"  # the interpreter's spins read the host clock
         self.route = device_route(self.device)  # which kernels run here (raises below sm_80)
+        self.mma = checks.mma_route(mma, self.route, self.query_dtype)
         log_route(self, self.route)
         self.pdl = pdl and self.route.pdl  # PDL where the device has it (sm_90 and newer)
         self._sms = sm_count(str(self.device)) if self.device.type == "cuda" else 0  # push_warps'
@@ -296,6 +300,7 @@ class IndexerDecodeCP:
             and self.route.hopper
             and release_select(rows * self.heads * split_plan[0], push_plan[0], split_plan[1]),
             first_slot=SLOTS - query_len,
+            mma=self.mma,
         )
 
     def _exchange(self, layer: CPLayer, plan: CPPlan, index_q: torch.Tensor, query_len: int) -> None:

@@ -80,6 +80,12 @@ class Route:
         return self.capability == HOPPER
 
     @property
+    def e4m3_mma(self) -> bool:
+        """The scorers can take the E4M3-MMA route (DESIGN §4.1): Hopper's wgmma on E4M3
+        operands, on the Hopper route alone."""
+        return self.hopper
+
+    @property
     def hw_e4m3(self) -> bool:
         """The device converts E4M3 in hardware (sm_89 and newer; the interpreter emulates
         it): else the kernels convert in integer arithmetic (``kernels.e4m3``)."""

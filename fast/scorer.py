@@ -102,19 +102,19 @@ def shared_tables(rows: int) -> int:
     return 1 if rows <= 32 else 0
 
 
-def shared_bytes(rows: int, pages: int) -> int:
-    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program
-    (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages))
+def shared_bytes(rows: int, pages: int, mma: str = "exact") -> int:
+    """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program on the
+    ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages), mma)
 
 
-def max_ring(rows: int, pages: int, tables: int | None = None) -> int:
-    """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program
-    (``page_ring.max_ring`` beside ``shared_bytes`` and the scale table where ``tables``,
-    None: ``shared_tables``, puts it in shared memory); 0 above N = 32, where the ring is
-    neither used nor tested."""
+def max_ring(rows: int, pages: int, tables: int | None = None, mma: str = "exact") -> int:
+    """The largest ring the kernel may take at N = ``rows`` with ``pages`` per program on
+    the ``mma`` route (``page_ring.max_ring`` beside ``shared_bytes`` and the scale table
+    where ``tables``, None: ``shared_tables``, puts it in shared memory); 0 above N = 32,
+    where the ring is neither used nor tested."""
     tables = shared_tables(rows) if tables is None else tables
-    return page_ring.max_ring(shared_bytes(rows, pages), tables) if rows <= 32 else 0
+    return page_ring.max_ring(shared_bytes(rows, pages, mma), tables) if rows <= 32 else 0
 
 
 def mma_rows(rows: int) -> int:
@@ -174,6 +174,7 @@ def plan_scorer(
     release: bool = False,
     kernel: str | None = None,
     error: torch.Tensor | None = None,
+    mma: str = "exact",
 ) -> ScorerLaunch | None:
     """``score_pages``' checks and its launch, not run (None: nothing to score). Arguments
     as ``score_pages``', and the launch's own, which the decodes, the tests and the bench
@@ -184,13 +185,17 @@ def plan_scorer(
     so that nothing earlier in the stream still writes them.
     release (pdl, wgmma): let the dependent grid launch at once instead of at the end.
     kernel: "wgmma" (sm_90 only) or "table"; by default the device's route's
-    (``fast.route``: wgmma on the Hopper route, else table).
+    (``fast.route``: wgmma on the Hopper route, else table). The "e4m3" mma runs on the
+    wgmma kernel alone.
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     device = q_tile.device
     checks.scorer_operands(k_cache, lens, batch, device)
     route = device_route(device)
+    mma = checks.mma_route(mma, route)
     kernel = kernel or route.nvfp4_scorer
+    if mma == "e4m3" and kernel != "wgmma":
+        raise ValueError(f"kernel: {kernel!r} has no E4M3 MMA (mma 'e4m3' runs the wgmma kernel)")
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
     if kernel == "wgmma" and not route.sm90:
@@ -218,6 +223,7 @@ def plan_scorer(
     if kernel == "wgmma":
         rows = mma_rows(live)
         ppp = pages_per_program(batch, width, sm_count(str(device)), rows)
+        tables = shared_tables(rows)
         options = dict(
             HS=hs,
             SLOT0=first_slot,
@@ -226,8 +232,9 @@ def plan_scorer(
             PARTS=partial_maxima(rows, ppp),
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
-            RING=ring_pages(rows, ppp),
-            TABLES=shared_tables(rows),
+            RING=min(ring_pages(rows, ppp), max_ring(rows, ppp, tables, mma)),
+            TABLES=tables,
+            DECODE=mma,
             PREFETCH=prefetch,
             RELEASE=release,
             num_warps=4,
@@ -270,6 +277,7 @@ def score_pages(
     first_slot: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
+    mma: str = "exact",
 ) -> torch.Tensor:
     """Score pages by the contract of docs/DESIGN.md §4. Returns ``out``.
 
@@ -291,6 +299,9 @@ def score_pages(
     loaded and its stored columns get NaN; with ``error`` (int32 [5], an error record as
     the decodes keep: ``fast.errors``), the first such (request, column, id) is recorded
     there for ``fast.errors.raise_recorded``.
+
+    mma: "exact" (16-bit operands, fp32 sums), or "e4m3" on the Hopper route: Hopper's E4M3
+    MMA on the keys' E4M3 values (DESIGN §4.1, the reference's scores bit for bit).
     """
     run_scorer(
         q_tile,
@@ -303,5 +314,6 @@ def score_pages(
         first_slot=first_slot,
         pdl=pdl,
         error=error,
+        mma=mma,
     )
     return out

@@ -64,7 +64,9 @@ class StockDecode:
     device: where it runs; its route (``fast.route``: which kernels, from the compute
     capability; ValueError below sm_80) is ``self.route`` and logged at INFO on the "fast"
     logger. pdl: launch the kernels as programmatic dependents where the device has PDL
-    (sm_90 and newer; elsewhere off).
+    (sm_90 and newer; elsewhere off). mma: the scorer's MMA route, "exact" (16-bit operands,
+    fp32 sums: docs/DESIGN.md §4) or "e4m3" (Hopper's E4M3 MMA, §4.1: the Hopper route only;
+    ValueError elsewhere).
     """
 
     # The top-16's programs per row (None: the policy on a GPU, 1 elsewhere; lowered to
@@ -73,13 +75,14 @@ class StockDecode:
     # The top-16 kernel (a format's takes its own arguments: ``_select_args``, ``_select_width``).
     SELECT_KERNEL = stock_topk_kernel
 
-    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False):
+    def __init__(self, *, heads: int, max_reqs: int, device: torch.device, pdl: bool = False, mma: str = "exact"):
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
         self.heads = self.local_heads = heads
         self.max_reqs = max_reqs
         self.device = resolve_device(checks.device_arg(device))
         self.route = device_route(self.device)  # which kernels run here (raises below sm_80)
+        self.mma = checks.mma_route(mma, self.route, self.query_dtype)
         log_route(self, self.route)
         self.pdl = pdl and self.route.pdl  # PDL where the device has it (sm_90 and newer)
         self.width = 0  # score columns, fixed by the first plan
@@ -187,6 +190,7 @@ class StockDecode:
             and self.route.hopper
             and release_select(plan.batch * query_len * self.heads * split_plan[0]),
             first_slot=SLOTS - query_len,
+            mma=self.mma,
         )
 
     def check(self) -> None:

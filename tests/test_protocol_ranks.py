@@ -30,6 +30,8 @@ from rank_programs import (
 )
 from reference.cases import EXACT_PATTERNS, make_case, seq_len_for
 from reference.cp import HeadLayout
+from reference.msa import full_decode as msa_full_decode
+from reference.msa import make_case as msa_make_case
 
 pytestmark = pytest.mark.multirank
 
@@ -358,3 +360,20 @@ def test_graph_replay_across_gpus(pdl):
     results = pool(2).run(graph_replay_on_rank, steps=1000, check_every=97, pdl=pdl, timeout=900)
     assert all(r["checked"] >= 11 for r in results)
     assert results[0]["graphs"] == [1, 2, 4, 8]
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("key_format", ["nvfp4", "fp8"])
+def test_cp_equals_oracle_on_the_e4m3_route(cp, key_format):
+    """The E4M3-MMA route (DESIGN §4.1) over rank processes: random keys (the routes pick
+    differently there), CP equal to the same route's full decode bit for bit, both formats."""
+    lens = [seq_len_for(70, 9), seq_len_for(18, 0), seq_len_for(3, 1)]
+    if key_format == "nvfp4":
+        case = make_case(cp, lens, query_len=2, heads=4, pattern="random")
+        want = reference.full_decode(*case.args(), mma="e4m3")
+    else:
+        case = msa_make_case(cp, lens, dtype="fp8", query_len=2, heads=4)
+        want = msa_full_decode(*case.args(), **case.windows(), mma="e4m3")
+    assert torch.equal(run_case(pool(cp), case, "cp", poison=True, pdl=PDL, mma="e4m3"), want)

@@ -90,15 +90,16 @@ def column_maxima(maxima, PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.const
     return gl.max(gl.convert_layout(gl.reshape(v, [PAD, PARTS, ROWS]), across), axis=1) + 0.0
 
 
-def dynamic_bytes(rows: int, pages: int, parts: int) -> int:
+def dynamic_bytes(rows: int, pages: int, parts: int, mma: str = "exact") -> int:
     """Either Gluon scorer's dynamic shared memory at N = ``rows`` with ``pages`` a program
-    and ``parts`` partial maxima a page: q's 16-bit tile [rows, 128]
-    (``column_order.store_q_tile``) and the maxima [pad_pow2(pages), parts, rows] fp32
-    (``alloc_maxima``). At N = 8 the tile is dead once loaded into mma.sync's registers, and
-    the compiler puts the maxima in its place; wgmma reads it at every block."""
-    tile = rows * 128 * 2
+    and ``parts`` partial maxima a page: q's tile [rows, 128] (``column_order.store_q_tile``:
+    16-bit, or E4M3 on the ``mma`` "e4m3" route) and the maxima [pad_pow2(pages), parts,
+    rows] fp32 (``alloc_maxima``). At N = 8 the exact route's tile is dead once loaded into
+    mma.sync's registers, and the compiler puts the maxima in its place; wgmma (every N of
+    the e4m3 route) reads it at every block."""
+    tile = rows * 128 * (1 if mma == "e4m3" else 2)
     maxima = triton.next_power_of_2(pages) * parts * rows * 4
-    return max(tile, maxima) if rows == 8 else tile + maxima
+    return max(tile, maxima) if rows == 8 and mma != "e4m3" else tile + maxima
 
 
 @gluon.jit

@@ -97,6 +97,7 @@ class MsaDecodeCP(IndexerDecodeCP):
             q_sel=layer.current,
             q_set_stride=self._tile_words * 4 // self.query_dtype.itemsize,
             pdl=self.pdl,
+            mma=self.mma,
         )
 
     def _push_plan(self, rows: int, split_plan: tuple) -> tuple[int, int]:

@@ -84,27 +84,30 @@ def mma_partials(rows: int, ppp: int) -> int:
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
-def dynamic_bytes(rows: int, ppp: int) -> int:
+def dynamic_bytes(rows: int, ppp: int, mma: str = "exact") -> int:
     """The mma kernel's dynamic shared memory at N = ``rows`` with ``ppp`` columns a
-    program (``page_maxima.dynamic_bytes`` at its ``mma_partials``)."""
-    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp))
+    program on the ``mma`` route (``page_maxima.dynamic_bytes`` at its ``mma_partials``)."""
+    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp), mma)
 
 
-def max_stages(dtype: torch.dtype, rows: int, ppp: int) -> int:
+def max_stages(dtype: torch.dtype, rows: int, ppp: int, mma: str = "exact") -> int:
     """The deepest ring the mma kernel may take at N = ``rows`` with ``ppp`` columns a
-    program: within the static shared memory beside its dynamic buffers
-    (``block_ring.max_stages``), and no deeper than the program's 2 ppp half-blocks need."""
-    return min(block_ring.max_stages(dynamic_bytes(rows, ppp), dtype.itemsize), 2 * ppp + 1)
+    program on the ``mma`` route: within the static shared memory beside its dynamic
+    buffers (``block_ring.max_stages``), and no deeper than the program's 2 ppp half-blocks
+    need."""
+    return min(block_ring.max_stages(dynamic_bytes(rows, ppp, mma), dtype.itemsize), 2 * ppp + 1)
 
 
-def ring_feed(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None) -> tuple[int, bool]:
+def ring_feed(
+    dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact"
+) -> tuple[int, bool]:
     """The mma kernel's ring at N = ``rows`` with ``ppp`` columns per program: (depth,
     bulk), bulk where the depth fits ``max_stages``, else the cp.async ring. The depth:
     ``stages`` (2 .. 8) if given; else the bulk ring's policy (``RING_STAGES``, from N 32
     ``WIDE_RING_STAGES``) where it fits, else ``RING_STAGES`` for the cp.async ring —
     either no deeper than the program's 2 ppp half-blocks need (the kernel's prologue
-    issues STAGES - 1 of them)."""
-    room = max_stages(dtype, rows, ppp)
+    issues STAGES - 1 of them). mma: the route, whose q tile the shared memory holds."""
+    room = max_stages(dtype, rows, ppp, mma)
     if stages is None:
         stages = (WIDE_RING_STAGES if rows >= 32 else RING_STAGES)[dtype]
         if min(stages, 2 * ppp + 1) > room:
@@ -113,14 +116,15 @@ def ring_feed(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None
     return stages, stages <= room
 
 
-def mma_constants(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None) -> dict:
+def mma_constants(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact") -> dict:
     """The mma kernel's ring constants (``ring_feed``: STAGES, BULK; TENSOR: a bulk ring is
-    filled by tensor copies, ``score_blocks`` turning them off where it has no map) and,
-    where capped, its register cap (``maxnreg``) at N = ``rows`` with ``ppp`` columns a
-    program."""
-    stages, bulk = ring_feed(dtype, rows, ppp, stages)
+    filled by tensor copies, ``score_blocks`` turning them off where it has no map), its
+    MMA (E4M3_MMA: the ``mma`` "e4m3" route) and, where capped, its register cap
+    (``maxnreg``) at N = ``rows`` with ``ppp`` columns a program."""
+    stages, bulk = ring_feed(dtype, rows, ppp, stages, mma)
     capped = bulk and dtype == torch.float8_e4m3fn and rows <= 16
-    return {"STAGES": stages, "BULK": bulk, "TENSOR": bulk} | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
+    ring = {"STAGES": stages, "BULK": bulk, "TENSOR": bulk, "E4M3_MMA": mma == "e4m3"}
+    return ring | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
 
 
 def check_keys(name: str, x, dtype=None) -> None:
@@ -155,6 +159,7 @@ def score_blocks(
     q_set_stride: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
+    mma: str = "exact",
 ) -> torch.Tensor:
     """Write MSA block scores into ``out``, leaving every other column alone. Returns ``out``.
 
@@ -172,7 +177,9 @@ def score_blocks(
     (the CP path's two tile sets; a multiple of 16). pdl: launch as a programmatic
     dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
     NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
-    is recorded: a program's first, and the record's first writer wins.
+    is recorded: a program's first, and the record's first writer wins. mma: "exact"
+    (16-bit operands, fp32 sums), or "e4m3" for E4M3 keys on the Hopper route: Hopper's
+    E4M3 MMA on the values as they are (DESIGN §4.1, the reference's scores bit for bit).
     """
     return run_block_scorer(
         q_tile,
@@ -188,6 +195,7 @@ def score_blocks(
         q_set_stride=q_set_stride,
         pdl=pdl,
         error=error,
+        mma=mma,
     )
 
 
@@ -211,6 +219,7 @@ def run_block_scorer(
     stages: int | None = None,
     tensor_copies: bool = True,
     loads_only: bool = False,
+    mma: str = "exact",
 ) -> torch.Tensor:
     """``score_blocks`` with the launch's own knobs, which the tests and the bench set (a
     server calls ``score_blocks``, which leaves them to the policy). Returns ``out``.
@@ -252,9 +261,12 @@ def run_block_scorer(
     if pdl and not route.pdl:
         raise ValueError(f"pdl: {route.device} has no PDL (sm_90 and newer)")
     rows = mma_rows((SLOTS - first_slot) * hs)
+    mma = checks.mma_route(mma, route, k_cache.dtype)
     kernel = kernel or block_kernel(route, k_cache.dtype, rows)
     if kernel not in KERNELS:
         raise ValueError(f"kernel: {kernel!r} (one of {KERNELS})")
+    if mma == "e4m3" and kernel != "mma":
+        raise ValueError(f"kernel: {kernel!r} has no E4M3 MMA (mma 'e4m3' runs the mma kernel)")
     if kernel == "mma" and not route.sm90:
         raise ValueError(f"kernel: 'mma' needs an sm_90 GPU, not {route.device} (the dot kernel runs anywhere)")
     for name, flag in (("tensor_copies", tensor_copies), ("loads_only", loads_only)):
@@ -298,7 +310,7 @@ def run_block_scorer(
     )
     if kernel == "mma":
         ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
-        ring = mma_constants(k_cache.dtype, rows, ppp, stages)
+        ring = mma_constants(k_cache.dtype, rows, ppp, stages, mma)
         if loads_only and not ring["BULK"]:
             raise ValueError(f"loads_only: probes a bulk ring, and this launch's (N {rows}) is cp.async copies")
         ring["LOADS_ONLY"] = loads_only

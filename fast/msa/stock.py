@@ -23,7 +23,8 @@ class MsaStockDecode(StockDecode):
     ``StockDecode``'s state, plan and interface (``new_layer()``, ``plan()`` once per step,
     no host sync; ``forward(layer, plan, ...)``, ``check()``, ``reset()``), with this
     format's tile, id bounds (the whole causal range is read), scorer and select.
-    key_format: "bf16" or "fp8" (the dtype of queries and keys).
+    key_format: "bf16" or "fp8" (the dtype of queries and keys); mma: ``StockDecode``'s
+    ("e4m3" for "fp8" keys only).
     """
 
     BOUNDS_KERNEL = msa_bounds_kernel
@@ -39,14 +40,15 @@ class MsaStockDecode(StockDecode):
         init_blocks: int,
         local_blocks: int,
         pdl: bool = False,
+        mma: str = "exact",
     ):
         if key_format not in KEY_FORMATS:
             raise ValueError(f"key_format: must be one of {tuple(KEY_FORMATS)}, got {key_format!r}")
         checks.forced_windows(init_blocks, local_blocks)
-        super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl)
         self.key_format = key_format
-        self.query_dtype = self.tile_dtype = KEY_FORMATS[key_format]
+        self.query_dtype = self.tile_dtype = KEY_FORMATS[key_format]  # before __init__ checks mma
         self.init_blocks, self.local_blocks = init_blocks, local_blocks
+        super().__init__(heads=heads, max_reqs=max_reqs, device=device, pdl=pdl, mma=mma)
 
     def _check_forward(self, index_q, k_cache, out, query_len: int, batch: int) -> None:
         """forward's host checks: index_q [B * q, heads, 128] and k_cache [N, 128, 128], both
@@ -75,6 +77,7 @@ class MsaStockDecode(StockDecode):
             num_pages=plan.pages,
             first_slot=SLOTS - query_len,
             pdl=self.pdl,
+            mma=self.mma,
         )
 
     def _select_args(self) -> tuple:
@@ -87,11 +90,20 @@ class MsaStockDecode(StockDecode):
 
 
 def msa_stock_decode(
-    index_q, k_cache, block_table, seq_lens, *, query_len: int, init_blocks: int, local_blocks: int
+    index_q,
+    k_cache,
+    block_table,
+    seq_lens,
+    *,
+    query_len: int,
+    init_blocks: int,
+    local_blocks: int,
+    mma: str = "exact",
 ) -> torch.Tensor:
     """One stock MSA decode step on fresh buffers (a convenience: serving keeps a
     ``MsaStockDecode``). index_q: ``[B * q, H, 128]``, k_cache ``[N, 128, 128]`` (bf16 or
-    e4m3, the same); block_table int32 ``[B, P_table]``; seq_lens int32 ``[B]``. Returns
+    e4m3, the same); block_table int32 ``[B, P_table]``; seq_lens int32 ``[B]``; mma: the
+    scorer's MMA route (``MsaStockDecode``'s). Returns
     int32 ``[B * q, H, 16]``; raises what ``check()`` raises."""
     formats = {v: k for k, v in KEY_FORMATS.items()}
     if not isinstance(k_cache, torch.Tensor) or k_cache.dtype not in formats:
@@ -106,6 +118,7 @@ def msa_stock_decode(
         key_format=formats[k_cache.dtype],
         init_blocks=init_blocks,
         local_blocks=local_blocks,
+        mma=mma,
     )
     plan = decode.plan(block_table, seq_lens)
     out = torch.empty(index_q.shape[0], index_q.shape[1], TOPK, dtype=torch.int32, device=index_q.device)

@@ -44,6 +44,7 @@ def decode_on_rank(
     poison: bool = False,
     warmup: int = 0,
     pdl: bool = False,
+    mma: str = "exact",
 ) -> dict:
     """Run one decode case on this rank: ``path`` is "cp", "stock", or "auto" (CP where
     ``build_cp_decode`` allows it, else the stock decode with the reason logged), for the
@@ -57,6 +58,7 @@ def decode_on_rank(
     with 1e30 before every forward, so a read of a column the scorer did not write would rank
     first.
     ``warmup`` untimed steps run first (kernel compilation). ``pdl``: PDL launches (GPUs).
+    ``mma``: the scorer's MMA route (the states' ``mma``).
     ``max_chunk`` / ``split``: the top-16 select's shape (``select.policy.force_select``;
     max_chunk applies to the CP path's push); None keeps the policy.
     ``"path"`` in the result says which path ran.
@@ -81,18 +83,21 @@ def decode_on_rank(
             symm_reason=ctx.symm_reason,
             spin_timeout_s=spin_timeout_s,
             pdl=pdl,
+            mma=mma,
             key_format=key_format,
             **windows,
         )
         path = "stock" if state is None else "cp"
     if path == "cp" and state is None:
-        common = dict(heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl)
+        common = dict(
+            heads=heads, max_reqs=max(1, batch), symm=ctx.symm, spin_timeout_s=spin_timeout_s, pdl=pdl, mma=mma
+        )
         if windows:
             state = MsaDecodeCP(**common, key_format=key_format, **windows)
         else:
             state = IndexerDecodeCP(**common)
     elif path == "stock":
-        common = dict(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl)
+        common = dict(heads=len(owned), max_reqs=max(1, batch), device=ctx.device, pdl=pdl, mma=mma)
         if windows:
             state = MsaStockDecode(**common, key_format=key_format, **windows)
         else:

@@ -177,11 +177,22 @@ def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
 
 
 @gluon.jit
-def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr):
-    """The A operand [64, 128] in logical column order (``column_order.logical_columns``)
-    from a half-block's raw elements (no data moves between threads: checked at compile
-    time)."""
-    return gl.convert_layout(logical_columns(to_operand(raw, IS_FP8, False, True)), a_layout, assert_trivial=True)
+def _operand(raw, IS_FP8: gl.constexpr, E4M3_MMA: gl.constexpr):
+    """Raw elements [R, 128] as the MMA's operand in logical column order
+    (``column_order.logical_columns``): E4M3 as it is for the E4M3 MMA (k 4 a register),
+    else widened to 16 bits."""
+    if E4M3_MMA:
+        x = logical_columns(raw.to(gl.float8e4nv, bitcast=True), 4)
+    else:
+        x = logical_columns(to_operand(raw, IS_FP8, False, True))
+    return x
+
+
+@gluon.jit
+def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr, E4M3_MMA: gl.constexpr):
+    """The A operand [64, 128] from a half-block's raw elements (``_operand``; no data
+    moves between threads: checked at compile time)."""
+    return gl.convert_layout(_operand(raw, IS_FP8, E4M3_MMA), a_layout, assert_trivial=True)
 
 
 @gluon.jit
@@ -215,6 +226,7 @@ def msa_score_kernel_mma(
     BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
     TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
     LOADS_ONLY: gl.constexpr = False,  # BULK: the bench's probe, the ring alone (block_ring.read_folded)
+    E4M3_MMA: gl.constexpr = False,  # IS_FP8: the E4M3-MMA route (DESIGN §4.1), wgmma k32 at every N
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
     ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
@@ -227,12 +239,19 @@ def msa_score_kernel_mma(
     neighbouring column chunks of a row run at the same time and their stores into the
     row's 32-byte sectors land together. At 4 columns a program (N 32) a row's store is 16
     bytes, half a sector; interleaving the requests (a [B, C] grid) measured slower there
-    (bench/PERF.md), half sectors written far apart being the likely cause."""
-    if ROWS == 8:
+    (bench/PERF.md), half sectors written far apart being the likely cause.
+
+    E4M3_MMA: the E4M3 bytes are the operands as they lie, by wgmma k32 at every N (sm_90
+    has no E4M3 ``mma.sync`` of its own), so that a score never depends on N."""
+    MMA_SYNC: gl.constexpr = ROWS == 8 and not E4M3_MMA
+    WIDTH: gl.constexpr = 4 if E4M3_MMA else 2  # the operand's consecutive k a register
+    if MMA_SYNC:
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
     else:
-        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
+        mma: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 8 * WIDTH]
+        )
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=WIDTH)
     chunks = (width + PPP - 1) // PPP
     b = gl.program_id(0) // chunks
     first = (gl.program_id(0) % chunks) * PPP
@@ -284,7 +303,7 @@ def msa_score_kernel_mma(
         # NaN) and are stored as NaN either way, so its elements go in as they are.
         q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q_unwritten = gl.max(is_nan_element(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
-        q_op = store_q_tile(logical_columns(to_operand(q_raw, IS_FP8, False, True)), mma, ROWS == 8)
+        q_op = store_q_tile(_operand(q_raw, IS_FP8, E4M3_MMA), mma, MMA_SYNC)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = query_position(length, SLOT0)
         maxima = alloc_maxima(PAD, PARTS, ROWS)
@@ -311,8 +330,8 @@ def msa_score_kernel_mma(
                 async_copy.commit_group()
             # its MMA; the token mask where some scored row sees only part of the block
             g = (first + k // 2) * stride + offset
-            a = _fragment(raw, a_layout, IS_FP8)
-            if ROWS == 8:
+            a = _fragment(raw, a_layout, IS_FP8, E4M3_MMA)
+            if MMA_SYNC:
                 acc = mma_v2(a, q_op, zeros)
             else:
                 acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
