@@ -12,6 +12,7 @@ import torch
 from fast.msa.cp import MsaDecodeCP
 from fast.msa.scorer import KEY_FORMATS, hopper_kernel, run_block_scorer
 from fast.msa.stock import MsaStockDecode
+from fast.route import device_route
 from fast.scorer import mma_rows
 from fast.symm import SingleRankSymmetric
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
@@ -76,6 +77,9 @@ def msa_scorer_section(
         # the portable route's kernel (fast.route) at every cold grid
         grids += [(batch, ctx, {"kernel": "dot"}) for ctx in contexts for batch in batches]
         grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
+        # the E4M3-MMA route (DESIGN §4.1) at every cold grid, where the device runs it
+        if fmt == "fp8" and device.type == "cuda" and device_route(device).e4m3_mma:
+            grids += [(batch, ctx, {"mma": "e4m3"}) for ctx in contexts for batch in batches]
         # the first cold grid's default rows again, last: a row that reads slower first than
         # again says the run's order, not the kernel, cost it (bench/PERF.md, "Left unexplained")
         grids += [(*grids[0][:2], {"again": True})]

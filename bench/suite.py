@@ -242,11 +242,18 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
             row["variant"] = label or variant
         rows.append(row)
 
+    # The E4M3-MMA route (DESIGN §4.1: the wgmma kernel's E4M3 decode) at every grid, tried
+    # in a child first: wgmma at N 8 faulted once in an early Triton scorer
+    e4m3 = probe_runs("e4m3", SCORER_SHAPES)
+    if not e4m3:
+        print("the E4M3-MMA route failed in a child process: its rows are left out", file=sys.stderr)
     grid = [(c, b, hs, q) for c in contexts for b in batches for hs, q in SCORER_SHAPES]
     for ctx, batch, hs, q in progress(grid, "scorer"):
         measure(pool, ctx, batch, hs, q)
         # the portable route's scorer (fast.route: every GPU but sm_90) beside it, same grid
         measure(pool, ctx, batch, hs, q, dict(kernel="table"), label={"route": "portable"})
+        if e4m3:
+            measure(pool, ctx, batch, hs, q, dict(decode="e4m3"), label={"mma": "e4m3"})
     for hs in (1, 4):
         for variant in SCORER_VARIANTS:
             measure(pool, 131072, 8, hs, SLOTS, variant)
@@ -263,20 +270,11 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     # time near the cold one and a loads-only one near the ceiling say compute, not memory;
     # the decode without its sign step (a third of its ALU work, scores of |k|) says what a
     # cheaper exact decode would be worth, and the kernel with no decode at all what a free
-    # one would: the most a decode leaves the scorer. The E4M3-MMA probe (the decode's E4M3
-    # bytes into wgmma k32: no widening, half the MMAs, not the contract's fp32 sums) prices
-    # issue 65's unbuilt E4M3 route, here and at 8 x 128K.
-    e4m3 = probe_runs("e4m3", SCORER_SHAPES)  # new to GPUs: tried in a child first
-    if not e4m3:
-        print("the E4M3-MMA probe failed in a child process: its rows are left out", file=sys.stderr)
+    # one would: the most a decode leaves the scorer.
     probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"))
-    probes += (dict(decode="e4m3"),) if e4m3 else ()
     for hs, q in SCORER_SHAPES:
         for variant in probes:
             measure(pool, 131072, 32, hs, q, variant)
-    if e4m3 and 131072 in contexts and 8 in batches:
-        for hs, q in SCORER_SHAPES:
-            measure(pool, 131072, 8, hs, q, dict(decode="e4m3"))
     # The no-decode probe on a large grid as well, where the goals are within a bare read's
     # reach: the targets weigh each goal against it at both grids.
     if 1048576 in contexts and 8 in batches:

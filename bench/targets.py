@@ -30,6 +30,12 @@ SHORT_US = 3.0  # ... where CP may be at most this much slower than stock
 TOP16_PAGES = 8192  # the stock top-16 against the stock scorer at this many pages
 TOP16_SHARE = 0.15
 GUARD_COST = 0.02  # the scorer's block-id guard: at most this share of its time (8 x 128K)
+# The E4M3-MMA route (DESIGN §4.1; rows variant {"mma": "e4m3"}): the same judged grids,
+# one goal a shape at every size; FP8 blocks; its NVFP4 over its FP8 rate at every N.
+E4M3 = {"mma": "e4m3"}
+E4M3_GOALS = ((8, 0.95), (16, 0.93), (32, 0.88))
+E4M3_MSA_GOAL = 0.97
+E4M3_PARITY = 1.6
 
 
 def judge(report: dict) -> list[dict]:
@@ -45,6 +51,9 @@ def judge(report: dict) -> list[dict]:
         _short_rows(report),
         _top16(report),
         _guard(report),
+        *(_e4m3_nvfp4(report, n, least) for n, least in E4M3_GOALS),
+        _e4m3_msa(report),
+        _e4m3_parity(report),
     ]
 
 
@@ -358,3 +367,46 @@ def _guard(report: dict) -> dict:
     if not spans:
         return _verdict(target, "not measured (no unguarded variant in this run)", None)
     return _verdict(target, ", ".join(spans), met)
+
+
+def _each_at_least(target: str, rows: list[dict], least: float) -> dict:
+    """Every row's fraction of its gathered read >= ``least``: the verdict."""
+    if not rows:
+        return _verdict(target, "not measured (no such point in this grid)", None)
+    judged = [(r, _of_gathered(r), least) for r in rows]
+    figures = _by_shape(rows, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}") + _worst(judged)
+    margin = min(figure - least for _, figure, _ in judged)
+    return _verdict(target, figures, margin >= 0, margin)
+
+
+def _e4m3_nvfp4(report: dict, n: int, least: float) -> dict:
+    """The E4M3-MMA route's NVFP4 scorer at the MMA's N = ``n``: each row >= ``least`` of
+    its gathered read."""
+    target = f"E4M3-MMA route: NVFP4 scorer at N {n} >= {least:.2f} of the gathered read from {_tokens(JUDGED_FROM)}"
+    return _each_at_least(target, _at_n(_judged(report.get("scorer", []), E4M3), n), least)
+
+
+def _e4m3_msa(report: dict) -> dict:
+    """The E4M3-MMA route's MSA scorer on FP8 keys: every shape >= E4M3_MSA_GOAL."""
+    target = (
+        f"E4M3-MMA route: MSA scorer, fp8 keys, >= {E4M3_MSA_GOAL:.2f} of the gathered read at every shape"
+        f" from {_tokens(JUDGED_FROM)}"
+    )
+    rows = [r for r in _judged(report.get("msa_scorer", []), E4M3) if r["format"] == "fp8"]
+    return _each_at_least(target, rows, E4M3_MSA_GOAL)
+
+
+def _e4m3_parity(report: dict) -> dict:
+    """The E4M3-MMA route's NVFP4 pages a second over its FP8 blocks a second, same shape
+    and grid: each >= E4M3_PARITY."""
+    target = f"E4M3-MMA route: NVFP4 pages a second >= {E4M3_PARITY:.2f}x its FP8 blocks at every N"
+    fp8 = {_point(r): r for r in report.get("msa_scorer", []) if r["format"] == "fp8" and r.get("variant") == E4M3}
+    rows = [r for r in _judged(report.get("scorer", []), E4M3, gathered=False) if _point(r) in fp8]
+    pairs = [(r, fp8[_point(r)]["us"] / r["us"]) for r in rows]
+    if not pairs:
+        return _verdict(target, "not measured (no grid with both formats' rows)", None)
+    ratio = {id(r): x for r, x in pairs}
+    figures = _by_shape([r for r, _ in pairs], lambda r: f"{ratio[id(r)]:.2f}x at {_grid(r)}")
+    figures += _worst([(r, x, E4M3_PARITY) for r, x in pairs], "x")
+    margin = min(x for _, x in pairs) - E4M3_PARITY
+    return _verdict(target, figures, margin >= 0, margin)

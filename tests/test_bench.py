@@ -343,7 +343,7 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
         def key(target: str) -> str:
             return target.split(" at ")[-1] if "CP / stock" in target else target.split(" ")[0]
 
-        return {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)[8:]}
+        return {key(t["target"]): (t["met"], t["figures"]) for t in judge(report)[8:14]}
 
     got = judged()
     assert got["1M, batch 32, q 1"] == (True, "1.94x (700.0 / 360.0 µs)")
@@ -356,12 +356,37 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     report["layers"][4]["cp_stages_us"] = 6.0
     report["layers"][5]["cp_us"] = 6.8
     report["select"][1]["us"] = 4.6
-    assert [t["met"] for t in judge(report)[8:]] == [True, False, True, False, False, False]
+    assert [t["met"] for t in judge(report)[8:14]] == [True, False, True, False, False, False]
     report["checks"]["cp"] = False  # no speedup counts from a run whose decode failed its check
     assert [t["figures"] for t in judge(report)][8:10] == ["not reported: a decode failed its check in this run"] * 2
     # the scorer rows above have no gathered read: no scorer goal judges them
     assert [t["met"] for t in judge(report)[:8]] == [None] * 8
-    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 14
+    assert [t["met"] for t in judge({"checks": {"scorer": True}})] == [None] * 19
+
+
+def test_targets_judge_the_e4m3_route_on_its_own_rows():
+    """bench.targets: the E4M3-MMA route's goals read only its rows (variant {"mma":
+    "e4m3"}), each against its gathered read; parity pairs the route's two formats."""
+    from bench.targets import judge
+
+    def row(hs, slots, frac, us, variant=None, **fields):
+        r = dict(context=131072, batch=32, hs=hs, slots=slots, of_read_ceiling=frac, us=us, gathered_read=0.95)
+        return r | fields | ({"variant": variant} if variant else {})
+
+    e4m3 = {"mma": "e4m3"}
+    report = {
+        "checks": {"scorer": True},
+        "scorer": [row(1, 8, 0.50, 10.0), row(1, 8, 0.92, 5.0, e4m3), row(4, 8, 0.80, 7.0, e4m3)],
+        "msa_scorer": [row(1, 8, 0.93, 9.0, e4m3, format="fp8"), row(4, 8, 0.94, 9.1, e4m3, format="fp8")],
+    }
+    got = {t["target"]: t for t in judge(report) if t["target"].startswith("E4M3")}
+    n8, n16, n32, msa, parity = got.values()
+    assert (n8["met"], n8["figures"]) == (True, "Hs 1: 0.97 at 32 x 128K; worst Hs 1 at 32 x 128K, 0.97 against 0.95")
+    assert n16["met"] is None
+    assert n32["met"] is False and "0.84 at 32 x 128K" in n32["figures"]
+    assert msa["met"] is True and msa.get("noise") and "0.98" in msa["figures"]
+    assert parity["met"] is False and "Hs 1: 1.80x" in parity["figures"]
+    assert "Hs 4 / 8 slots: 1.30x" in parity["figures"]
 
 
 def test_bench_push_case_pushes_and_merges_each_rows_top16_and_the_section_times_it():
