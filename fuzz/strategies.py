@@ -44,6 +44,7 @@ class DecodeConfig:
     init_blocks: int = 0
     local_blocks: int = 0
     ff_bytes: bool = False  # bf16 MSA: queries holding 0xFF bytes (``with_ff_bytes``)
+    mma: str = "exact"  # the scorer's MMA route (DESIGN §4.1: "e4m3" for NVFP4 and FP8 keys)
 
     def build(self) -> Case | msa.MsaCase:
         """The example's case: NVFP4 (``reference.cases.make_case``) or the MSA format's
@@ -97,9 +98,12 @@ def seq_lens(draw, query_len: int, max_pages: int, big: bool = False):
 
 
 @st.composite
-def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_CP, big: bool = False):
+def decode_configs(
+    draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_CP, big: bool = False, routes=("exact",)
+):
     """CP and head layouts, query lengths, lengths, and tables that fit, are narrower than
-    the history (lengths past the table) or wider than it."""
+    the history (lengths past the table) or wider than it; the scorer's MMA route drawn
+    from ``routes``."""
     query_len = draw(st.integers(1, MAX_QUERY_LEN))
     lens = draw(seq_lens(query_len, max_pages, big))
     fit = max(1, max(-(-n // PAGE) for n in lens))
@@ -119,20 +123,25 @@ def decode_configs(draw, max_pages: int = 300, patterns=PATTERNS, cps=SUPPORTED_
         table_width=width,
         pattern=draw(st.sampled_from(patterns)),
         extra_width=draw(st.sampled_from([0, 0, 1, 7])),
+        mma=draw(st.sampled_from(routes)),
     )
 
 
 @st.composite
-def msa_configs(draw, max_pages: int = 300, cps=SUPPORTED_CP, big: bool = False, patterns=MSA_PATTERNS):
+def msa_configs(
+    draw, max_pages: int = 300, cps=SUPPORTED_CP, big: bool = False, patterns=MSA_PATTERNS, routes=("exact",)
+):
     """``decode_configs`` for the MSA format: a key dtype, its patterns, forced windows of
     0..16 blocks in all (biased to the edges: none, one each, all 16), and for bf16 on an
-    exact pattern queries holding 0xFF bytes (``with_ff_bytes``)."""
-    base = draw(decode_configs(max_pages=max_pages, patterns=tuple(patterns), cps=cps, big=big))
+    exact pattern queries holding 0xFF bytes (``with_ff_bytes``); the route from
+    ``routes`` for fp8 keys (bf16 keys have the exact route alone)."""
+    base = draw(decode_configs(max_pages=max_pages, patterns=tuple(patterns), cps=cps, big=big, routes=routes))
     init = draw(st.one_of(st.sampled_from([0, 1, 16]), st.integers(0, 16)))
     local = draw(st.one_of(st.sampled_from(sorted({0, min(1, 16 - init), 16 - init})), st.integers(0, 16 - init)))
     fmt = draw(st.sampled_from(sorted(MSA_DTYPES)))
     ff = fmt == "bf16" and base.pattern in MSA_EXACT
-    return dataclasses.replace(base, key_format=fmt, init_blocks=init, local_blocks=local, ff_bytes=ff)
+    mma = base.mma if fmt == "fp8" else "exact"
+    return dataclasses.replace(base, key_format=fmt, init_blocks=init, local_blocks=local, ff_bytes=ff, mma=mma)
 
 
 # A bf16 value whose low byte is 0xFF (0x3FFF; its negative 0xBFFF): a bf16 query holding it

@@ -18,7 +18,7 @@ from hypothesis import target as steer
 from hypothesis.control import currently_in_test_context
 
 import reference
-from indexer_constants import PAGE
+from indexer_constants import MMA_ROUTES, PAGE
 from reference import cp as ref_cp
 from reference.cases import EXACT_PATTERNS, PATTERNS
 from reference.decode import full_scores
@@ -69,12 +69,13 @@ def _steer(cfg: DecodeConfig) -> None:
 
 
 def check_reference(cfg: DecodeConfig, ctx: Context) -> None:
-    """The CP simulation (every rank, step by step) equals the full-context oracle."""
+    """The CP simulation (every rank, step by step) equals the full-context oracle, on the
+    example's MMA route."""
     _steer(cfg)
     case = cfg.build()
     width = ref_cp.compact_width(min(case.block_table.shape[1], 8192), cfg.cp) + cfg.extra_width
-    got = ref_cp.cp_decode(*case.args(), cp=cfg.cp, width=width)
-    want = reference.full_decode(*case.args())
+    got = ref_cp.cp_decode(*case.args(), cp=cfg.cp, width=width, mma=cfg.mma)
+    want = reference.full_decode(*case.args(), mma=cfg.mma)
     assert torch.equal(got, want), f"cp_decode != full_decode at {(got != want).nonzero()[:4].tolist()}"
 
 
@@ -86,9 +87,9 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
 
     _steer(cfg)
     case = cfg.build()
-    full = msa.full_decode(*case.args(), **case.windows())
+    full = msa.full_decode(*case.args(), **case.windows(), mma=cfg.mma)
     width = -(-min(case.block_table.shape[1], 8192) // cfg.cp) + cfg.extra_width
-    out = msa.cp_decode(*case.args(), **case.windows(), cp=cfg.cp, width=width)
+    out = msa.cp_decode(*case.args(), **case.windows(), cp=cfg.cp, width=width, mma=cfg.mma)
     assert torch.equal(out, full), "CP != full"
     n = causal_blocks(case.seq_lens, cfg.query_len)
     for row, count in enumerate(n.tolist()):
@@ -499,7 +500,9 @@ class Target:
 
 
 TARGETS = {
-    "reference": Target(lambda smoke: decode_configs(max_pages=300, big=not smoke), check_reference, 150, 2),
+    "reference": Target(
+        lambda smoke: decode_configs(max_pages=300, big=not smoke, routes=MMA_ROUTES), check_reference, 150, 2
+    ),
     "kernels": Target(lambda smoke: decode_configs(max_pages=24), check_kernels, 12, 1.5),
     # CP = 8 would put 8 interpreter processes on a CI machine's 2 cores; GPUs take it.
     "protocol": Target(
@@ -507,7 +510,9 @@ TARGETS = {
     ),
     "stock": Target(lambda smoke: decode_configs(max_pages=120, patterns=PATTERNS, big=not smoke), check_stock, 60, 1),
     "inputs": Target(lambda smoke: inputs_examples(), check_inputs, 40, 1),
-    "msa-reference": Target(lambda smoke: msa_configs(max_pages=120, big=not smoke), check_msa_reference, 60, 1),
+    "msa-reference": Target(
+        lambda smoke: msa_configs(max_pages=120, big=not smoke, routes=MMA_ROUTES), check_msa_reference, 60, 1
+    ),
     "msa-kernels": Target(lambda smoke: msa_configs(max_pages=40, cps=(1,)), check_msa_kernels, 16, 1),
     "msa-protocol": Target(
         lambda smoke: msa_configs(max_pages=40, cps=(1, 2, 4), patterns=MSA_EXACT), check_msa_protocol, 8, 1

@@ -32,43 +32,44 @@ SUM_BITS = 14  # significant bits of each step's result (step 3)
 # Head dimensions of step s: the scorers' logical column k = 32 s + 16 h + 4 t + e is
 # dimension 32 t + 8 s + 4 h + e (fast/kernels/column_order.py at WIDTH 4).
 STEP_DIMS = torch.tensor([[32 * t + 8 * s + j for t in range(4) for j in range(8)] for s in range(STEPS)])
-_NONE = -(2**20)  # the exponent of "no term"
-# Elements of [T, R, 32] worked on at once (float64 and int64 temporaries: ~100 MB).
+_NONE = -(2**20)  # the exponent of "no term" (below any sum of two, in int32)
+# Elements of [T, R, 32] worked on at once (32-bit temporaries: ~50 MB).
 _CHUNK_ELEMENTS = 1 << 22
 
 
 def e4m3_exponents(x: torch.Tensor) -> torch.Tensor:
     """The exponent the MMA aligns an E4M3 value by: ``floor(log2 |x|)``, -6 for
-    subnormals; ``_NONE`` for 0. x: float64 E4M3 values, any shape; returns int64."""
-    _, e = torch.frexp(x)
-    return torch.where(x == 0, _NONE, (e.to(torch.int64) - 1).clamp(min=-6))
+    subnormals; ``_NONE`` for 0. x: E4M3 values (any float dtype, shape); returns int32."""
+    _, e = torch.frexp(x.to(torch.float32))
+    return torch.where(x == 0, _NONE, (e - 1).clamp(min=-6))
 
 
 def _sum_exponents(c: torch.Tensor) -> torch.Tensor:
-    """floor(log2 |c|) of float64 ``c`` (``_NONE`` for 0), int64."""
+    """floor(log2 |c|) of float32 ``c`` (``_NONE`` for 0), int32."""
     _, e = torch.frexp(c)
-    return torch.where(c == 0, _NONE, e.to(torch.int64) - 1)
+    return torch.where(c == 0, _NONE, e - 1)
 
 
 def _step(c: torch.Tensor, products: torch.Tensor, exps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One MMA step: (new ``c``, the step's error bound). c: float64 [...]; products:
-    float64 [..., 32]; exps: int64 [..., 32] operand exponent sums (``_NONE`` where a
-    product is 0)."""
+    """One MMA step: (new ``c``, the step's error bound). c: float32 [...]; products:
+    float32 [..., 32] (exact: an E4M3 product has at most 8 significant bits); exps: int32
+    [..., 32] operand exponent sums (``_NONE`` where a product is 0). Every value below is
+    exact in its type: terms are below 2^16 units, their sum below 2^21."""
     e = torch.maximum(exps.amax(-1), _sum_exponents(c))
     empty = e == _NONE  # no nonzero term: c (+0.0) stays
     e = torch.where(empty, 0, e)
-    shift = (ALIGN_BITS - e).to(torch.float64)
-    terms = torch.trunc(torch.ldexp(products, shift[..., None])).to(torch.int64)
-    total = terms.sum(-1) + torch.trunc(torch.ldexp(c, shift)).to(torch.int64)
+    shift = ALIGN_BITS - e
+    terms = torch.trunc(torch.ldexp(products, shift[..., None].to(torch.float32))).to(torch.int32)
+    total = terms.sum(-1, dtype=torch.int32) + torch.trunc(torch.ldexp(c, shift.to(torch.float32))).to(torch.int32)
     # step 3 on the integer: keep its SUM_BITS leading bits, toward zero
     mag = total.abs()
-    _, bits = torch.frexp(mag.to(torch.float64))  # bit length (mag < 2^53: exact)
-    drop = (bits.to(torch.int64) - SUM_BITS).clamp(min=0)
+    _, bits = torch.frexp(mag.to(torch.float32))  # bit length (mag < 2^24: exact)
+    drop = (bits - SUM_BITS).clamp(min=0)
     mag = (mag >> drop) << drop
-    c = torch.ldexp(torch.where(total < 0, -mag, mag).to(torch.float64), -shift) + 0.0
+    c = torch.ldexp(torch.where(total < 0, -mag, mag).to(torch.float32), -shift.to(torch.float32)) + 0.0
     # error of this step: each nonzero term (and c) loses < one unit, the rounding < 2^drop
-    units = (exps != _NONE).sum(-1) + 1 + torch.exp2(drop.to(torch.float64))
-    bound = torch.where(empty, 0.0, torch.ldexp(units.to(torch.float64), -shift))
+    units = (exps != _NONE).sum(-1) + 1 + (1 << drop)
+    bound = torch.where(empty, 0.0, torch.ldexp(units.to(torch.float64), -shift.to(torch.float64)))
     return torch.where(empty, torch.zeros_like(c), c), bound
 
 
@@ -76,15 +77,16 @@ def _scores(q_rows: torch.Tensor, keys: torch.Tensor, want_bound: bool) -> torch
     """float64 [T, R]: the route's scores (or, with want_bound, their error bound)."""
     R, T = q_rows.shape[0], keys.shape[0]
     out = torch.empty(T, R, dtype=torch.float64)
+    q_rows, keys = q_rows.to(torch.float32), keys.to(torch.float32)  # E4M3 values: exact
     qe = e4m3_exponents(q_rows)
     ke = e4m3_exponents(keys)
     chunk = max(1, _CHUNK_ELEMENTS // (max(R, 1) * STEP_K))
     for t0 in range(0, T, chunk):
         k, kx = keys[t0 : t0 + chunk], ke[t0 : t0 + chunk]
-        c = torch.zeros(k.shape[0], R, dtype=torch.float64)
-        bound = torch.zeros_like(c)
+        c = torch.zeros(k.shape[0], R, dtype=torch.float32)
+        bound = torch.zeros(k.shape[0], R, dtype=torch.float64)
         for dims in STEP_DIMS:
-            p = k[:, None, dims] * q_rows[None, :, dims]  # exact: E4M3 products fit float64
+            p = k[:, None, dims] * q_rows[None, :, dims]  # exact: E4M3 products fit float32
             x = kx[:, None, dims] + qe[None, :, dims]
             x = torch.where(p == 0, _NONE, x)
             c, b = _step(c, p, x)
