@@ -52,7 +52,6 @@ from fast.scorer import (
     WGMMA_DEPTH,
     long_row_pages,
     max_registers,
-    max_ring,
     mma_rows,
     ring_pages,
     rows_for,
@@ -177,7 +176,7 @@ def scorer_sass(
             "RELEASE": False,
             "PARTS": partial_maxima(rows, ppp),
             "RECORD": False,
-            "RING": min(ring_pages(rows, ppp), max_ring(rows, ppp, None, mma)) if ring is None else ring,
+            "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
             "TABLES": shared_tables(rows),
             "DECODE": decode,
         }

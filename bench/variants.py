@@ -132,8 +132,9 @@ def variant_launch(
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
-        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], "e4m3" if decode == "e4m3" else "exact")
-        o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"]), most) if ring is None else ring
+        mma = "e4m3" if decode == "e4m3" else "exact"
+        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma)
+        o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
         if o["RING"] > most:
             raise ValueError(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"

@@ -80,17 +80,19 @@ def max_registers(rows: int) -> int | None:
     return 80 if mma_rows(rows) <= 16 else None
 
 
-def ring_pages(rows: int, pages: int) -> int:
+def ring_pages(rows: int, pages: int, mma: str = "exact") -> int:
     """Pages in flight through the shared-memory ring (``page_ring.py``) at N = ``rows``
-    (``mma_rows``) with ``pages`` per program, or 0: the register pipeline of DEPTH blocks.
+    (``mma_rows``) with ``pages`` per program on the ``mma`` route, or 0: the register
+    pipeline of DEPTH blocks; never more than fits (``max_ring``).
 
-    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more): a program's next page
-    then travels in shared memory, where ptxas cannot move its loads to just before their
-    use as it does with registers. 0 elsewhere: on shorter programs the ring's first page
-    is waited for whole and measured behind, and N = 32 measured level or behind
-    (bench/PERF.md). A ring of 1 serialises copy and decode; 3 or more cost programs
-    an SM."""
-    return 2 if (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) else 0
+    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more), and on the e4m3 route at
+    N = 32 (4 or more): a program's next page then travels in shared memory, where ptxas
+    cannot move its loads to just before their use as it does with registers. 0 elsewhere:
+    on shorter programs the ring's first page is waited for whole and measured behind, and
+    the exact route's N = 32 measured level or behind (bench/PERF.md). A ring of 1
+    serialises copy and decode; 3 or more cost programs an SM."""
+    long = (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) or (mma == "e4m3" and rows == 32 and pages >= 4)
+    return min(2, max_ring(rows, pages, None, mma)) if long else 0
 
 
 def shared_tables(rows: int) -> int:
@@ -232,7 +234,7 @@ def plan_scorer(
             PARTS=partial_maxima(rows, ppp),
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
-            RING=min(ring_pages(rows, ppp), max_ring(rows, ppp, tables, mma)),
+            RING=ring_pages(rows, ppp, mma),
             TABLES=tables,
             DECODE=mma,
             PREFETCH=prefetch,

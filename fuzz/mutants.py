@@ -98,8 +98,8 @@ MUTANTS = [
         "msa rank scores its columns as the first blocks",
         "msa-reference",
         "reference.msa.cp",
-        "num_pages=p, stride=cp, offset=r)",
-        "num_pages=p)",
+        "num_pages=p, stride=cp, offset=r, mma=mma)",
+        "num_pages=p, mma=mma)",
     ),
     Mutant(
         "msa scorer masks its own token",

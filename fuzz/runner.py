@@ -168,7 +168,7 @@ def _config(raw):
         if name == "seq_lens":
             ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
             kind = "a list of ints"
-        elif name in ("pattern", "key_format"):
+        elif name in ("pattern", "key_format", "mma"):
             ok, kind = isinstance(value, str), "a string"
         elif name == "ff_bytes":
             ok, kind = isinstance(value, bool), "true or false"
@@ -183,7 +183,7 @@ def _checked(cfg):
     """``cfg`` if its values make an example (the CP size, heads and format a campaign draws
     from; a case that builds and passes the reference's input checks), else ValueError
     naming the field: a replay's bad value is one error line, not a traceback."""
-    from indexer_constants import SUPPORTED_CP, SUPPORTED_HEADS
+    from indexer_constants import MMA_ROUTES, SUPPORTED_CP, SUPPORTED_HEADS
     from reference.msa.inputs import check_msa_inputs
     from reference.validate import check_decode_inputs
 
@@ -193,11 +193,14 @@ def _checked(cfg):
         ("cp", cfg.cp, SUPPORTED_CP),
         ("heads", cfg.heads, SUPPORTED_HEADS),
         ("key_format", cfg.key_format, KEY_FORMATS),
+        ("mma", cfg.mma, MMA_ROUTES),
     ):
         if value not in allowed:
             raise ValueError(f"example: {name} must be one of {tuple(allowed)}, got {value!r}")
     if cfg.extra_width < 0:
         raise ValueError(f"example: extra_width must be >= 0, got {cfg.extra_width}")
+    if cfg.mma == "e4m3" and cfg.key_format == "bf16":
+        raise ValueError("example: mma 'e4m3' scores E4M3 keys, not key_format 'bf16'")
     try:
         case = cfg.build()
         if cfg.key_format == "nvfp4":

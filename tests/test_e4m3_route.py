@@ -82,11 +82,13 @@ def test_the_scorers_refuse_it_before_launching():
 
 # (heads, first slot): N 8 (one row, and a full tile of one head), 16, 32, 64
 SHAPES = [(1, 7), (1, 0), (4, 4), (4, 0), (8, 0)]
-# the wgmma kernel's feeds: the policy's (score_pages), the page ring of 2 on 8-page
-# programs (N 8 and 16, where it fits), the register pipeline on 3-page programs
+# the wgmma kernel's feeds: the policy's (score_pages; at these small grids programs of
+# 1-2 pages), the page ring of 2 on 8-page programs (N 8 and 16, where it fits), the
+# register pipeline on 3-page programs, and N 32's ring on its 4-page programs
 FEEDS = [(hs, slot, None) for hs, slot in SHAPES]
 FEEDS += [(hs, slot, dict(pages_per_program=8, ring=2)) for hs, slot in SHAPES[:3]]
 FEEDS += [(hs, slot, dict(pages_per_program=3, ring=0)) for hs, slot in SHAPES]
+FEEDS += [(4, 0, dict(pages_per_program=4))]  # N 32's policy on 4-page programs: the ring of 2
 
 
 def _nvfp4_case(seed: int, heads: int, pattern: str = "random"):

@@ -4,6 +4,7 @@ Each mutant runs in its own process (``python -m fuzz.mutants NAME``): a planted
 is only reliably undone by ending the process that ran it.
 """
 
+import dataclasses
 import datetime
 import json
 import subprocess
@@ -79,6 +80,7 @@ def test_replay_line_round_trips(capsys):
     )
     assert json.loads(example_json(cfg))["seq_lens"] == [2049, 5]
     assert main(["replay", "reference", example_json(cfg)]) == 0
+    assert main(["replay", "reference", example_json(dataclasses.replace(cfg, mma="e4m3"))]) == 0
     assert main(["replay", "inputs", example_json((cfg, "bt-int64"))]) == 0
     assert "replay passed" in capsys.readouterr().out
 
@@ -138,6 +140,8 @@ BAD_REPLAYS = {
     "missing-key": (["replay", "reference", '{"seed": 1}'], "example"),
     "extra-key": (["replay", "reference", "CFG_EXTRA"], "example"),
     "mistyped-key": (["replay", "reference", "CFG_MISTYPED"], "example"),
+    "unknown-route": (["replay", "reference", "CFG_ROUTE"], "example"),
+    "e4m3-on-bf16": (["replay", "msa-reference", "CFG_BF16_E4M3"], "example"),
     "unknown-breakage": (["replay", "inputs", "CFG_BREAKAGE"], "example"),
 }
 
@@ -148,6 +152,8 @@ def test_bad_replay_lines_are_one_error_line(capsys, argv, name):
     fill = {
         "CFG_EXTRA": json.dumps(cfg | {"colour": 1}),
         "CFG_MISTYPED": json.dumps(cfg | {"heads": "four"}),
+        "CFG_ROUTE": json.dumps(cfg | {"mma": "fp8"}),
+        "CFG_BF16_E4M3": json.dumps(cfg | {"key_format": "bf16", "mma": "e4m3"}),
         "CFG_BREAKAGE": json.dumps([cfg, "no-such-breakage"]),
     }
     assert main([fill.get(a, a) for a in argv]) == 2

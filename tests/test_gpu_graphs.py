@@ -168,3 +168,35 @@ def test_merge_race_test_has_teeth(monkeypatch):
         except AssertionError:
             caught += 1
     assert caught, "the planted poll race passed 5 runs of the PDL-vs-plain test"
+
+
+@pytest.mark.parametrize("path", ["cp", "stock"])
+def test_padding_after_a_larger_batch_reads_nothing_of_it(path):
+    """A step of b requests padded to the size an earlier step of b + 2 used: the padding
+    requests are length 0 (nothing scored, nothing checked), whatever the earlier step left
+    in their table rows and lengths. The earlier step's last request holds a bad id: its
+    ``check()`` raises, and after ``reset()`` the smaller step's stays silent and equals the
+    reference."""
+    from fast import BadBlockIdError, GraphedDecode, StockDecode
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    b, width = 3, 40
+    big = make_case(5, [30 * 128 + 9] * (b + 2), query_len=2, heads=2, pattern="exact", table_width=width)
+    small = make_case(6, [20 * 128 + 3] * b, query_len=2, heads=2, pattern="exact", table_width=width)
+    small.k_cache = big.k_cache  # one cache, both steps
+    if path == "cp":
+        decode = IndexerDecodeCP(heads=2, max_reqs=8, symm=SingleRankSymmetric(dev))
+    else:
+        decode = StockDecode(heads=2, max_reqs=8, device=dev)
+    graphed = GraphedDecode(decode, query_len=2, table_width=width, k_caches=[big.k_cache.to(dev)], sizes=(8,))
+    table = big.block_table.clone()
+    table[b + 1, 7] = big.k_cache.shape[0] + 5  # a bad id in the earlier step's last request
+    graphed.step(table.to(dev), big.seq_lens.to(dev), big.index_q.to(dev))
+    with pytest.raises(BadBlockIdError, match=f"request {b + 1}"):
+        graphed.check()
+    graphed.reset()
+    out = graphed.step(small.block_table.to(dev), small.seq_lens.to(dev), small.index_q.to(dev))
+    graphed.check()  # the stale row of request b + 1 is padding now: never read
+    assert graphed.captured == [8]  # the same padded size's graph, replayed
+    oracle = reference.full_decode if path == "cp" else reference.stock_decode
+    assert torch.equal(out[0].cpu(), oracle(*small.args()))

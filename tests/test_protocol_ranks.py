@@ -377,3 +377,27 @@ def test_cp_equals_oracle_on_the_e4m3_route(cp, key_format):
         case = msa_make_case(cp, lens, dtype="fp8", query_len=2, heads=4)
         want = msa_full_decode(*case.args(), **case.windows(), mma="e4m3")
     assert torch.equal(run_case(pool(cp), case, "cp", poison=True, pdl=PDL, mma="e4m3"), want)
+
+
+@pytest.mark.gpu
+def test_cli_decode_runs_on_exactly_the_visible_gpus(tmp_path):
+    """``python -m fast decode --backend cuda --cp N`` with N the GPUs visible runs (one
+    rank a GPU) and equals the oracle, on the e4m3 route too where the GPU has it; one
+    rank more than the GPUs is refused by name before any rank starts."""
+    from fast.backend import gpu_count
+    from fast.route import route_for
+
+    gpus = gpu_count()
+    cp = max(c for c in (1, 2, 4, 8) if c <= gpus)
+    case = make_case(12, [seq_len_for(30, 2), seq_len_for(20, 0)], query_len=2, heads=4, pattern="random")
+    case.save(tmp_path / "case.pt")
+    args = ["decode", "--case", str(tmp_path / "case.pt"), "--path", "cp", "--backend", "cuda"]
+    routes = ["exact"] + (["e4m3"] if route_for(torch.cuda.get_device_capability()).e4m3_mma else [])
+    for mma in routes:
+        assert main([*args, "--cp", str(cp), "--mma", mma, "--out", str(tmp_path / "out.pt")]) == 0
+        got = torch.load(tmp_path / "out.pt", weights_only=True)["out"]
+        assert torch.equal(got, reference.full_decode(*case.args(), mma=mma)), mma
+    more = min(c for c in (1, 2, 4, 8, 16) if c > gpus)
+    if more <= 8:
+        assert main([*args, "--cp", str(more), "--out", str(tmp_path / "more.pt")]) != 0
+        assert not (tmp_path / "more.pt").exists()

@@ -298,14 +298,17 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
     assert "LOCAL:0 " in done.stdout.splitlines()[0], done.stdout
 
 
-def _decode_mix(hs: int, first_slot: int, decode: str, ops: tuple[str, ...]) -> tuple[list[int], list[int]]:
+def _decode_mix(
+    hs: int, first_slot: int, decode: str, ops: tuple[str, ...], ring: int | None = None
+) -> tuple[list[int], list[int]]:
     """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
-    the decodes launch it) with the exact decode and with probe ``decode``."""
+    the decodes launch it, or with ``ring``) with the exact decode and with ``decode``."""
     code = (
         "from bench.sass import scorer_sass\n"
         "from bench.sass_listing import instruction_mix\n"
         f"for decode in ('exact', {decode!r}):\n"
-        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, decode=decode)\n"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, ring={ring!r},"
+        " decode=decode)\n"
         "    mix = instruction_mix(text)\n"
         f"    print(*(mix[op] for op in {ops!r}))\n"
     )
@@ -343,16 +346,16 @@ def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot)
     assert rest_n == rest, (rest, rest_n)
 
 
-@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
-def test_the_e4m3_probe_drops_the_widening_and_halves_the_mma(hs, first_slot):
-    """The bench's E4M3-MMA probe (``decode="e4m3"``) prices issue 65's E4M3 route: compiled
-    at N 8, 16 and 32 it must keep the exact decode's lookup and sign steps (as many
-    ``PRMT``: the E4M3 bytes' extraction into the fragment folds away), lose every ``F2FP``
-    (the widening, q's too), issue wgmma k32 (``QGMMA``, half the exact kernel's k16 MMAs —
-    at N 8 too: sm_90 has no E4M3 ``mma.sync`` of its own) and load what the exact kernel
-    loads, or its row in the bench prices something else."""
+@pytest.mark.parametrize("hs, first_slot, ring", [(1, 0, None), (4, 4, None), (4, 0, 0)])
+def test_the_e4m3_route_drops_the_widening_and_halves_the_mma(hs, first_slot, ring):
+    """The E4M3-MMA route (``decode="e4m3"``, DESIGN §4.1): compiled at N 8, 16 and 32 (on
+    the exact kernel's feed: N 32's policy feeds the route through the ring) it must keep
+    the exact decode's lookup and sign steps (as many ``PRMT``: the E4M3 bytes' extraction
+    into the fragment folds away), lose every ``F2FP`` (the widening, q's too), issue wgmma
+    k32 (``QGMMA``, half the exact kernel's k16 MMAs — at N 8 too: sm_90 has no E4M3
+    ``mma.sync`` of its own) and load what the exact kernel loads."""
     ops = ("PRMT", "F2FP", "HMMA", "HGMMA", "QGMMA", "LDG", "LDS", "UBLKCP")
-    exact, e4m3 = _decode_mix(hs, first_slot, "e4m3", ops)
+    exact, e4m3 = _decode_mix(hs, first_slot, "e4m3", ops, ring)
     (prmt, f2fp, hmma, hgmma, qgmma, *loads), (prmt_e, f2fp_e, hmma_e, hgmma_e, qgmma_e, *loads_e) = exact, e4m3
     assert prmt > 0 and prmt_e == prmt, (prmt, prmt_e)
     assert f2fp > 0 and f2fp_e == 0, (f2fp, f2fp_e)

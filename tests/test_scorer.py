@@ -166,19 +166,22 @@ def test_wgmma_pages_per_program_shrinks_for_small_grids():
 
 def test_the_ring_policy_only_asks_for_rings_that_launch():
     """Every (N, pages per program) the decode can launch gets a ring the kernel's shared
-    memory leaves room for (``max_ring``: a larger one fails at launch), and the policy does
-    use the ring where it measured ahead (N 8 and N 16 on long programs)."""
+    memory leaves room for (``max_ring``: a larger one fails at launch), on either MMA route,
+    and the policy does use the ring where it measured ahead (N 8 and N 16 on long
+    programs; the e4m3 route's N 32 too)."""
     from fast.scorer import max_ring, mma_rows, pages_per_program, ring_pages
 
     used = set()
-    for live in range(1, 65):
-        rows = mma_rows(live)
-        for batch, width in ((1, 64), (8, 1024), (32, 8192), (64, 4096)):
-            ppp = pages_per_program(batch, width, 132, rows)
-            ring = ring_pages(rows, ppp)
-            assert 0 <= ring <= max_ring(rows, ppp), (rows, ppp, ring)
-            used.add((rows, ring))
-    assert {(8, 2), (8, 0), (16, 2), (16, 0)} <= used, used
+    for mma in ("exact", "e4m3"):
+        for live in range(1, 65):
+            rows = mma_rows(live)
+            for batch, width in ((1, 64), (8, 1024), (32, 8192), (64, 4096)):
+                ppp = pages_per_program(batch, width, 132, rows)
+                ring = ring_pages(rows, ppp, mma)
+                assert 0 <= ring <= max_ring(rows, ppp, None, mma), (rows, ppp, ring, mma)
+                used.add((mma, rows, ring))
+    assert {("exact", 8, 2), ("exact", 8, 0), ("exact", 16, 2), ("exact", 16, 0), ("e4m3", 32, 2)} <= used, used
+    assert ("exact", 32, 2) not in used
 
 
 def test_every_scale_and_code_scores_exactly():

@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from indexer_constants import SUPPORTED_CP
+from indexer_constants import MMA_ROUTES, SUPPORTED_CP
 from reference import msa
 from reference.cases import Case
 from reference.cli import OUTPUT_HELP, check_out, run_command, summary
@@ -48,7 +48,7 @@ def _decode(args) -> int:
     start = time.monotonic()
     case = load_case(args.case)
     with RankPool(args.cp, backend) as pool:
-        out = run_case(pool, case, args.path)
+        out = run_case(pool, case, args.path, mma=args.mma)
     torch.save({"out": out}, args.out)
     print(summary(f"fast ({backend})", args.path, args.cp, case, out, args.out, time.monotonic() - start))
     return 0
@@ -70,6 +70,12 @@ def main(argv=None) -> int:
     d.add_argument("--path", choices=["cp", "stock"], required=True)
     d.add_argument("--cp", type=int, required=True, help="ranks (stock: each decodes its heads)")
     d.add_argument("--backend", choices=["auto", "cpu", "cuda"], default="auto")
+    d.add_argument(
+        "--mma",
+        choices=MMA_ROUTES,
+        default="exact",
+        help="the scorer's MMA route (e4m3: Hopper's E4M3 MMA, sm_90 only; DESIGN §4.1)",
+    )
     d.add_argument("--out", required=True)
     d.set_defaults(run=_decode)
     m = sub.add_parser(
