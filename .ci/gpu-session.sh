@@ -11,12 +11,14 @@ export TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVL
 OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
 summary="$OUT/summary.txt"
+failed=0  # the script's exit status: 1 when any stage failed, whichever it was
 stage() {  # stage NAME LIMIT_S COMMAND...
     local name=$1 limit=$2
     shift 2
     local start=$SECONDS
     timeout "$limit" bash -c "$*" > "$OUT/$name.log" 2>&1
     local rc=$?
+    [ $rc -eq 0 ] || failed=1
     echo "$name: rc=$rc in $((SECONDS - start)) s" | tee -a "$summary"
     tail -n 4 "$OUT/$name.log" | sed 's/^/    /' | tee -a "$summary"
 }
@@ -67,6 +69,10 @@ for s in "$@"; do
     scorer) stage scorer 420 "python3 -m bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
-    *) echo "unknown stage $s" | tee -a "$summary" ;;
+    *)
+        echo "unknown stage $s" | tee -a "$summary"
+        failed=1
+        ;;
     esac
 done
+exit $failed

@@ -14,7 +14,13 @@ _SPINS = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}
 
 class PeerTimeoutError(RuntimeError):
     """A spin gave up: a peer never delivered its queries or candidates within the state's
-    time bound. The layers' buffers may hold a stale step: ``reset()`` on every rank."""
+    time bound. The layers' buffers may hold a stale step: ``reset()`` on every rank.
+
+    stage: the spin that gave up, "the q exchange" or "the merge" (the message names it)."""
+
+    def __init__(self, message: str, stage: str = ""):
+        super().__init__(message)
+        self.stage = stage
 
 
 class PageCopyTimeoutError(RuntimeError):
@@ -65,7 +71,7 @@ def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | No
     if spin:
         bound = f" within {timeout_s:g} s" if timeout_s is not None else ""
         what = _SPINS.get(spin, f"a spin (code {spin})")
-        raise PeerTimeoutError(f"rank {rank}: {what} gave up: a peer never arrived{bound}")
+        raise PeerTimeoutError(f"rank {rank}: {what} gave up: a peer never arrived{bound}", what)
     code, request, column, value = words[ERR_INPUT : ERR_INPUT + 4]
     if code == BAD_BLOCK:
         raise BadBlockIdError(

@@ -149,12 +149,12 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
     step, timed). Step B: rank 1 never calls forward, so rank 0's exchange gives up after
     the state's time bound (rank 1 waits at a host barrier until it has: a peer that only
     arrives late is no error). Step C: every rank again; rank 1's merge gives up too (rank 0, flagged, pushes
-    nothing). Each rank's check() must raise PeerTimeoutError; then reset() on every rank
+    nothing). Each rank's check() must raise PeerTimeoutError naming the stage that gave up; then reset() on every rank
     and ``steps`` back-to-back forwards with new queries every step (``step_queries(seed)``),
     rank 1 pushing half a time bound late in steps 1 and 3 (the bound lifted meanwhile). Returns ``{"heads", "step_s":
     step A's seconds, "reported_s": rank 0's seconds from step B's forward to check()
-    raising (None elsewhere), "raised": [exception names after B (rank 0) and C], "outs":
-    the steps' outputs}``."""
+    raising (None elsewhere), "raised": ["PeerTimeoutError: <its stage>" after B (rank 0)
+    and C], "outs": the steps' outputs}``."""
     rank = one_layer(ctx, case, spin_timeout_s=timeout_s)
     state, owned, step = rank.state, rank.owned, rank.step
 
@@ -162,7 +162,7 @@ def timeout_then_reset_on_rank(ctx, case: dict, *, timeout_s: float | None, step
         try:
             state.check()
         except PeerTimeoutError as e:
-            return type(e).__name__
+            return f"{type(e).__name__}: {e.stage}"
         return None
 
     start = time.monotonic()
@@ -208,7 +208,7 @@ def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> d
     ``steps`` more steps alone (timed: each must skip its spins, not wait the bound again)
     while rank 1 waits in reset(). Then one step on every rank, which must be exact.
     Returns ``{"heads", "flagged_s": rank 0's seconds for its lone steps (None elsewhere),
-    "step_s": step A's seconds, "raised": rank 0's exception name after them, "outs":
+    "step_s": step A's seconds, "raised": rank 0's exception and stage after them, "outs":
     [the lone steps' outputs (rank 0), the step after reset]}``."""
     rank = one_layer(ctx, case, spin_timeout_s=timeout_s)
     state = rank.state
@@ -229,7 +229,7 @@ def flagged_steps_on_rank(ctx, case: dict, *, timeout_s: float, steps: int) -> d
         try:
             state.check()
         except PeerTimeoutError as e:
-            raised = type(e).__name__
+            raised = f"{type(e).__name__}: {e.stage}"
     state.reset()  # (rank 1 waits in its first barrier until rank 0's lone steps are done)
     outs.append(step())
     state.check()

@@ -213,8 +213,9 @@ def test_a_step_after_a_timeout_outputs_only_minus_one():
     state.forward(layer, plan, on(case.index_q), on(case.k_cache), out, case.query_len)
     assert bool((out == -1).all())
     assert int(layer.parity) == 1
-    with pytest.raises(PeerTimeoutError):
+    with pytest.raises(PeerTimeoutError, match="the q exchange gave up") as info:
         state.check()
+    assert info.value.stage == "the q exchange"  # the step after it added nothing of its own
 
 
 @pytest.mark.parametrize("split", [1, 4])

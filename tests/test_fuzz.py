@@ -241,3 +241,46 @@ def test_campaign_side_by_side_reports_every_bug_in_the_list_order(monkeypatch):
 def test_an_empty_selection_of_bugs_names_the_filter_that_emptied_it(capsys, argv, error):
     assert main(argv) == 2
     assert capsys.readouterr().err.strip() == error
+
+
+@pytest.mark.parametrize("command", [["smoke"], ["all", "--examples", "1"]])
+def test_a_multi_target_command_fails_when_any_target_fails(monkeypatch, capsys, command):
+    """``python -m fuzz smoke`` / ``all`` exit 1 when any target finds a failure — the first
+    one here, every later one passing — not only when the last does; 0 when none does."""
+    import fuzz.cli as cli
+    from fuzz.runner import Result
+
+    first = next(iter(TARGETS))
+    ran = []
+
+    def fake(name, **kw):
+        ran.append(name)
+        failure = "planted" if fail and name == first else None
+        return Result(name, 1, 0.1, failure, example="{}", replay="python -m fuzz replay ...")
+
+    monkeypatch.setattr(cli, "run_campaign", fake)
+    fail = True
+    assert cli.main(command) == 1
+    assert ran == list(TARGETS), ran  # every target still ran
+    assert f"{first}: FAILURE" in capsys.readouterr().out
+    fail, ran = False, []
+    assert cli.main(command) == 0
+    assert "FAILURE" not in capsys.readouterr().out
+
+
+def test_the_mutation_campaign_fails_when_an_early_bug_survives(monkeypatch):
+    """``python -m fuzz mutants`` exits 1 when any bug survives, the first of several too."""
+    import fuzz.campaign as campaign_module
+    import fuzz.cli as cli
+    from fuzz.bugs import BUGS, EQUIVALENT
+    from fuzz.campaign import Outcome
+
+    bugs = [b for b in BUGS if not b.gpu and b.name not in EQUIVALENT][:3]
+
+    def fake(chosen, budget_s, fuzz=True, jobs=1):
+        return [Outcome(b.name, i > 0, "a test" if i else "nothing", 0.1) for i, b in enumerate(chosen)]
+
+    monkeypatch.setattr(campaign_module, "campaign", fake)
+    names = [b.name for b in bugs]
+    monkeypatch.setattr(campaign_module, "rotating", lambda n: bugs)
+    assert cli.main(["mutants", "--rotate", "3", "--budget", "1"]) == 1, names

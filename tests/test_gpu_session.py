@@ -211,3 +211,28 @@ def test_a_split_expression_is_caught():
         _check_pytest("planted", split)
     with pytest.raises(SyntaxError):
         _check_pytest("planted", ["-k", "stock_topk or"])
+
+
+def test_the_session_fails_when_any_stage_fails(tmp_path):
+    """The script's exit status is 1 when an early stage fails and the later ones pass (or
+    a stage name is unknown), 0 when every stage passes: a lent machine's batch cannot
+    report success for its last stage alone."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stub = bin_dir / "python3"  # the info stage's last program: fails while FAIL is set
+    stub.write_text('#!/bin/sh\n[ -z "$FAIL" ]\n')
+    stub.chmod(0o755)
+    for name in ("nvidia-smi", "make"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+
+    def run(*stages: str, **extra: str) -> int:
+        done = subprocess.run(
+            ["bash", str(SCRIPT), *stages], cwd=ROOT, env=env | extra, capture_output=True, text=True, timeout=60
+        )
+        return done.returncode
+
+    assert run("info", "demo") == 0
+    assert run("info", "demo", FAIL="1") == 1  # the first stage failed, the last passed
+    assert run("demo", "no-such-stage") == 1

@@ -164,21 +164,23 @@ def test_the_first_bad_input_is_kept():
 
 
 @pytest.mark.parametrize(
-    "code, raised",
+    "code, raised, stage",
     [
-        (ERR_Q_TIMEOUT, PeerTimeoutError),
-        (ERR_MERGE_TIMEOUT, PeerTimeoutError),
-        (ERR_PAGE_COPY_TIMEOUT, PageCopyTimeoutError),
+        (ERR_Q_TIMEOUT, PeerTimeoutError, "the q exchange"),
+        (ERR_MERGE_TIMEOUT, PeerTimeoutError, "the merge"),
+        (ERR_PAGE_COPY_TIMEOUT, PageCopyTimeoutError, "a page's copy"),
     ],
 )
-def test_each_protocol_code_names_its_spin(code, raised):
+def test_each_protocol_code_names_its_spin(code, raised, stage):
     """The protocol word's codes: a peer's spin (the exchange, the merge) and the scorer's
-    ring wait (a page copy that never landed) raise apart — only the first is a peer's."""
+    ring wait (a page copy that never landed) raise apart — only the first is a peer's —
+    and each names the stage that gave up (an engineer debugging a hang starts there)."""
     record = new_record(torch.device("cpu"))
     record[0] = code
     with pytest.raises(raised) as info:
         raise_recorded(record, rank=3)
-    assert "rank 3" in str(info.value)
+    assert str(info.value).startswith(f"rank 3: {stage}"), str(info.value)
+    assert getattr(info.value, "stage", stage) == stage
     assert not (raised is PageCopyTimeoutError and isinstance(info.value, PeerTimeoutError))
 
 

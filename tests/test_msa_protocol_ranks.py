@@ -135,8 +135,9 @@ def test_msa_missing_peer_is_reported_and_reset_recovers():
     case = msa.make_case(10, [seq_len_for(18, 3)], dtype="bf16", query_len=1, heads=2, pattern="exact")
     bound = 1.0 if BACKEND == "cpu" else None
     results = pool(2).run(timeout_then_reset_on_rank, case.to_dict(), timeout_s=bound, steps=20, seed=5)
-    assert results[0]["raised"] == ["PeerTimeoutError", "PeerTimeoutError"], [r["raised"] for r in results]
-    assert results[1]["raised"] == ["PeerTimeoutError"]
+    exchange = "PeerTimeoutError: the q exchange"
+    assert results[0]["raised"] == [exchange, exchange], [r["raised"] for r in results]
+    assert results[1]["raised"] == ["PeerTimeoutError: the merge"], [r["raised"] for r in results]
     for i, q in enumerate(step_queries(case.index_q.shape, 20, 5, case.index_q.dtype)):
         got = assemble([{"heads": r["heads"], "out": r["outs"][i]} for r in results], 2)
         assert torch.equal(got, oracle(case, index_q=q)), f"step {i} after reset"
