@@ -15,7 +15,10 @@ on it must know, per score (one token's 128 products with one query row):
   token's row within the tile. A CP decode equals the full-context decode bit for bit
   only if it does not;
 - **promotion**: the same with the running sum moved to fp32 every 32 products
-  (``tl.dot``'s ``max_num_imprecise_acc=32``: each k32 MMA from zero, then an fp32 add).
+  (``tl.dot``'s ``max_num_imprecise_acc=32``: each k32 MMA from zero, then an fp32 add);
+- **the model**: whether the wgmma E4M3 scores equal ``reference.e4m3_mma``'s, bit for bit
+  (the E4M3-MMA route's contract, DESIGN §4.1; here K in natural order, so step s is
+  dimensions 32 s .. 32 s + 31).
 
 sm_90 multiplies E4M3 natively in wgmma alone (``QGMMA``): ptxas expands an E4M3
 ``mma.sync`` m16n8k32 into fp16 halves (``F2FP``, two ``HMMA.16816``, ``FADD``), so its
@@ -154,18 +157,33 @@ def instruction(mma: str, n: int, route: str) -> tuple[str, str]:
     return ", ".join(sorted(names)), ", ".join(sass)
 
 
+def model_scores(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """float32 [TOKENS, ROWS]: ``reference.e4m3_mma``'s scores of these E4M3 values with this
+    kernel's steps (natural K order: the model's ``STEP_DIMS`` take the columns moved there)."""
+    from reference.e4m3_mma import STEP_DIMS, e4m3_mma_dot
+
+    def as_steps(x):
+        out = torch.empty_like(x)
+        out[:, STEP_DIMS.flatten()] = x
+        return out
+
+    return e4m3_mma_dot(as_steps(queries.double()), as_steps(keys.double()))
+
+
 def measure(device, patterns=PATTERNS, cases=CASES, seed: int = 0) -> list[dict]:
     """One row per (pattern, route, case): ``agree`` (fraction equal to the fp16 route's
     score of the same case, bit for bit), ``err_log2`` (log2 of the largest |score - exact|
     / sum |products|; -inf where every score is exact), ``exact`` (fraction equal to the
     exact sum rounded to fp32), and ``same_as`` (per other case of this route: the count of
     scores of their common query rows that differ), ``rolled`` (scores that change when the
-    keys move 16 rows within their tiles)."""
+    keys move 16 rows within their tiles), ``model`` (wgmma E4M3, plain: the fraction equal
+    to ``model_scores`` bit for bit; None for the other routes and instructions)."""
     gen = torch.Generator().manual_seed(seed)
     rows = []
     for pattern in patterns:
         keys, queries = inputs(pattern, gen)
         exact = keys.double() @ queries.double().T  # [TOKENS, ROWS]
+        model = model_scores(keys, queries)
         scale = keys.double().abs() @ queries.double().abs().T
         k, q = keys.to(device), queries.to(device)
         got = {}
@@ -193,6 +211,11 @@ def measure(device, patterns=PATTERNS, cases=CASES, seed: int = 0) -> list[dict]
                             if (o, on) != (name, n)
                         },
                         "rolled": int((rolled != s).sum()),
+                        "model": (
+                            (s.view(torch.int32) == model[:, :n].view(torch.int32)).float().mean().item()
+                            if (route, name) == ("e4m3", "wgmma")
+                            else None
+                        ),
                     }
                 )
     return rows
@@ -203,13 +226,15 @@ def print_rows(rows: list[dict]) -> None:
     for pattern in dict.fromkeys(r["pattern"] for r in rows):
         print(
             f"\n{pattern}: route, case, = fp16 route, = exact, log2 max error / sum |products|, "
-            "scores differing from the route's other cases (common rows), when rolled 16 rows"
+            "scores differing from the route's other cases (common rows), when rolled 16 rows,"
+            " = reference.e4m3_mma (wgmma E4M3)"
         )
         for r in (r for r in rows if r["pattern"] == pattern):
             diffs = " ".join(f"{k}:{v}" for k, v in r["same_as"].items())
             print(
                 f"  {r['route']:<9} {r['mma']:<8} N {r['n']:<3} {r['agree']:6.3f} {r['exact']:6.3f} "
                 f"{r['err_log2']:7.1f}  {diffs}  rolled {r['rolled']}"
+                + ("" if r["model"] is None else f"  model {r['model']:.4f}")
             )
 
 

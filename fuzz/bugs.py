@@ -454,6 +454,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "spin bound takes 0 seconds",
+        "spin bound takes a bool",
         "fast/checks.py",
         "not 0 < seconds <= 3600:",
         "not 0 <= seconds <= 3600:",
@@ -665,6 +666,59 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
         ("tests/test_argument_pairs.py",),
         "reference",
     ),
+    # Issue 74's classes: a validation at its edge on one path, which spin gave up, the
+    # padding of a graph step after a larger one, a multi-step command's exit status, the
+    # GPU count of the CLI.
+    Bug(
+        "fast CLI checks --cp on the cp path only",
+        "fast/tools/cli.py",
+        "    if args.cp not in SUPPORTED_CP:\n",
+        '    if args.path == "cp" and args.cp not in SUPPORTED_CP:\n',
+        ("tests/test_boundaries.py",),
+        "inputs",
+    ),
+    Bug(
+        "spin bound takes a bool",
+        "fast/checks.py",
+        "    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:\n",
+        "    if not isinstance(seconds, (int, float)) or not 0 < seconds <= 3600:\n",
+        ("tests/test_boundaries.py",),
+        "inputs",
+    ),
+    Bug(
+        "merge records its timeout as the exchange's",
+        "fast/kernels/cp.py",
+        "            tl.store(err_ptr, _ERR_MERGE)\n",
+        "            tl.store(err_ptr, _ERR_Q)\n",
+        CP_TESTS + MISSING_PEER,
+        "protocol",
+    ),
+    Bug(
+        "graph padding keeps the earlier step's lengths",
+        "fast/graphs.py",
+        "        s.seq_lens[b:].zero_()\n",
+        "",
+        ("tests/test_gpu_graphs.py -k padding",),
+        "kernels",
+        gpu=True,
+    ),
+    Bug(
+        "fuzz smoke reports the last target's verdict",
+        "fuzz/cli.py",
+        "        ok &= _report(",
+        "        ok = _report(",
+        ("tests/test_fuzz.py -k multi_target",),
+        "reference",
+    ),
+    Bug(
+        "CLI refuses as many ranks as GPUs",
+        "fast/tools/cli.py",
+        '    if backend == "cuda" and args.cp > gpu_count():\n',
+        '    if backend == "cuda" and args.cp >= gpu_count():\n',
+        ("-m multirank tests/test_protocol_ranks.py -k cli_decode_runs",),
+        "kernels",
+        gpu=True,
+    ),
 ]
 
 # The bugs CI rotates through (``--rotate``): each one was killed by a single-process test
@@ -718,6 +772,7 @@ CI_POOL = (
     "plan takes a strided table",
     "plan takes a wider table",
     "spin bound takes 0 seconds",
+    "spin bound takes a bool",
     "msa scorer skips the query's own block",
     "msa scorer scores unwritten query rows",
     "msa select takes every column tied at its threshold",

@@ -691,6 +691,8 @@ def test_fp8_mma_probe_holds_the_exact_route_to_its_contract():
             assert r["rolled"] == 0 and not any(r["same_as"].values()), r
         else:
             assert r["err_log2"] <= -16, r  # 127 fp32 additions: at most 127 x 2^-24 of the magnitudes' sum
+    # the E4M3-MMA route's contract (DESIGN §4.1): wgmma's E4M3 scores are the model's, bit for bit
+    assert [r["model"] for r in rows if r["model"] is not None] == [1.0] * 2 * 4, rows
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a child that fails: here, for want of a GPU")
