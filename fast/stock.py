@@ -79,6 +79,7 @@ class StockDecode:
         check_int("heads", heads, allowed=SUPPORTED_HEADS)
         check_int("max_reqs", max_reqs, low=1, high=MAX_REQS)
         self.heads = self.local_heads = heads
+        self.owned = range(heads)  # the heads of index_q forward takes: every one built for (a TP rank's own)
         self.max_reqs = max_reqs
         self.device = resolve_device(checks.device_arg(device))
         self.route = device_route(self.device)  # which kernels run here (raises below sm_80)

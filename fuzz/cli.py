@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
 from .runner import parse_example, replay, resolve_backend, run_campaign
+from .strategies import DecodeConfig
 from .targets import TARGETS
 
 
@@ -52,7 +54,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fuzz", description=__doc__)
     parser.add_argument("target", choices=sorted(TARGETS) + ["smoke", "all", "replay", "mutants"])
     parser.add_argument("example", nargs="?", help="replay: the target name, then the example JSON")
-    parser.add_argument("example_json", nargs="?")
+    parser.add_argument(
+        "example_json",
+        nargs="?",
+        help="replay: the example a failure printed, a JSON object of "
+        + ", ".join(f.name for f in dataclasses.fields(DecodeConfig))
+        + " (those with defaults may be left out; the inputs target: [that object, a breakage name])",
+    )
     budget = parser.add_mutually_exclusive_group()
     budget.add_argument("--examples", type=_positive(int), help="examples a target (all: of every target)")
     budget.add_argument(

@@ -251,3 +251,23 @@ def test_rows_at_the_short_long_edge_equal_the_oracle():
     state.forward(state.new_layer(), plan, on(case.index_q), on(case.k_cache), out, case.query_len)
     state.check()
     assert torch.equal(out.cpu(), reference.full_decode(*case.args()))
+
+
+@pytest.mark.parametrize("cp,heads", [(4, 4), (2, 8), (8, 2)])
+def test_owned_names_the_heads_a_rank_forward_takes(cp, heads):
+    """``decode.owned`` (what the README's integration block slices index_q by) is rank r's
+    own range of the model's heads, the reference's layout, not the first heads; the stock
+    decode's is every head it was built for."""
+    from fast.stock import StockDecode
+    from reference.cp import HeadLayout
+
+    class Rank(SingleRankSymmetric):
+        def __init__(self, rank):
+            super().__init__(DEV)
+            self.world, self.rank = cp, rank
+
+    for rank in range(cp):
+        state = IndexerDecodeCP(heads=heads, max_reqs=1, symm=Rank(rank))
+        assert state.owned == HeadLayout(cp, heads).heads_of(rank)
+        assert len(state.owned) == state.local_heads
+    assert StockDecode(heads=heads, max_reqs=1, device=DEV).owned == range(heads)
