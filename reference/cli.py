@@ -21,6 +21,7 @@ from .msa.cases import PATTERNS as MSA_PATTERNS
 from .msa.cases import WINDOW_FIELDS
 from .msa.explain import explain as explain_msa
 from .msa.inputs import check_msa_inputs
+from .rules import long_rows
 from .selection import describe_keys
 from .validate import check_decode_inputs, check_int
 
@@ -95,7 +96,7 @@ def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
         file=file,
     )
     print(f"row {row} = request {b} query {i}: seq_len {int(case.seq_lens[b])}, own page {own}", file=file)
-    if own + 1 <= TOPK:
+    if not bool(long_rows(torch.tensor(own))):
         print(f"short row (own + 1 <= {TOPK}): no scoring, output [0..{own}, -1...]", file=file)
     else:
         print(f"long row: ranks pages j < min(own, P) = {min(own, p)}, own page in slot {RANKED}", file=file)
@@ -112,7 +113,7 @@ def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
     for o in owners:
         rt = trace.ranks[o]
         k = head - trace.layout.heads_of(o).start
-        if own + 1 > TOPK:
+        if bool(long_rows(torch.tensor(own))):
             merged = torch.sort(rt.received[:, row, k].reshape(-1), descending=True).values[:RANKED]
             print(f"  owner rank {o}: best {RANKED} of {cp * TOPK} candidates: {describe_keys(merged)}", file=file)
         print(f"  owner rank {o} output: {rt.merged[row, k].tolist()}", file=file)

@@ -18,7 +18,7 @@ from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 
 from .arguments import check_mma
 from .decode import UNWRITTEN_Q, query_rows
-from .rules import long_requests, long_rows, own_pages
+from .rules import long_requests, long_rows, own_pages, read_pages
 from .scores import score_pages
 from .selection import assemble_rows, exact_keys, keys_to_pages, keys_to_scores, top_keys, two_level_top16
 from .validate import DecodeInputs, check_cp, check_decode_inputs, check_int
@@ -74,7 +74,7 @@ def plan_rank(block_table: torch.Tensor, seq_lens: torch.Tensor, num_pages: int,
     j = torch.arange(width, dtype=_I64)
     src = (j * cp + rank).clamp_max(num_pages - 1)
     cbt = block_table[:, src]
-    hist = ((seq_lens.to(_I64) - 1) // PAGE).clamp(0, num_pages)
+    hist = read_pages(seq_lens, num_pages)
     n_local = ((hist + cp - 1 - rank) // cp).clamp_max(width - 1)
     score_lens = torch.where(long_requests(seq_lens), n_local * PAGE + SLOTS, 0)
     return cbt, n_local, score_lens.to(torch.int32)

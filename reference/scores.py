@@ -9,7 +9,7 @@ from indexer_constants import CODE_BYTES, HEAD_DIM, PAGE, SLOTS
 from .arguments import check_mma, check_pages, check_tensor
 from .e4m3_mma import e4m3_mma_dot
 from .nvfp4 import dequantize_nvfp4, dequantize_nvfp4_f64
-from .rules import own_page
+from .rules import own_page, read_pages
 
 # Pages dequantized at once: bounds the reference's working set (~0.3 MB per page).
 PAGE_CHUNK = 256
@@ -20,7 +20,7 @@ def scored_pages(lens: torch.Tensor, width: int) -> torch.Tensor:
 
     lens: int ``[B]``. Returns int64 ``[B]``.
     """
-    return ((lens.to(torch.int64) - 1) // PAGE).clamp(0, width)
+    return read_pages(lens, width)
 
 
 def stored_pages(lens: torch.Tensor) -> torch.Tensor:

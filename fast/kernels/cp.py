@@ -54,8 +54,8 @@ from .device import (
     pdl_wait,
     peer_ptr,
 )
-from .guards import BOUND_WORDS, read_pages, record_input, request_verdict, row_id_bounds
-from .rules import is_long_request, is_short_row, own_page, row_query, short_row
+from .guards import BOUND_WORDS, record_input, request_verdict, row_id_bounds
+from .rules import is_long_request, is_short_row, own_page, read_pages, row_query, short_row
 
 _PAGE = tl.constexpr(PAGE)
 _SLOTS = tl.constexpr(SLOTS)

@@ -17,7 +17,7 @@ input: its code, request, column (-1 for a length) and value.
 import triton
 import triton.language as tl
 
-from indexer_constants import PAGE
+from .rules import read_pages
 
 ERR_WORDS = 5
 ERR_PROTOCOL = 0
@@ -26,18 +26,10 @@ BAD_BLOCK = 1  # a block id the decode would read lies outside [0, num_blocks)
 BAD_LENGTH = 2  # a length that is negative or in 1 .. query_len - 1 (0 is padding)
 BOUND_WORDS = 4  # per request: smallest id, its column, largest id, its column
 
-_PAGE = tl.constexpr(PAGE)
 _ERR_INPUT = tl.constexpr(ERR_INPUT)
 _BAD_BLOCK = tl.constexpr(BAD_BLOCK)
 _BAD_LENGTH = tl.constexpr(BAD_LENGTH)
 _BIG = tl.constexpr(2**31 - 1)
-
-
-@triton.jit
-def read_pages(seq, P):
-    """The table columns a request of length ``seq`` has read: min((seq - 1) // 128, P),
-    0 for seq < 1 (written without negative division: C and numpy round it differently)."""
-    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) - 1) // _PAGE, P), 0)
 
 
 @triton.jit

@@ -3,8 +3,7 @@ that needs it: which request and tile slot a row is, where a slot's query sits, 
 (the causal cut), which requests are long (exchanged, scored and merged from candidates) and
 which rows are short (their causal pages fit the output whole).
 
-The position, cut and tests are plain arithmetic on their operands (no ``tl`` call), so the
-Gluon scorers call them as the Triton kernels do. The reference spells each once too
+The Gluon scorers call them as the Triton kernels do. The reference spells each once too
 (``reference.rules``).
 """
 
@@ -38,11 +37,34 @@ def query_position(length, slot):
 
 
 @triton.jit
+def read_pages(length, width):
+    """NVFP4 (DESIGN §3): the table columns a request of ``length`` tokens reads, and its
+    scorer scores: ``min((length - 1) // 128, width)``, 0 for ``length < 1`` (the division
+    of a length below 1 is never used: C and numpy round it differently)."""
+    return tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, width), 0)
+
+
+@triton.jit
+def read_blocks(length, width):
+    """BF16 / FP8 keys (DESIGN §10.1): the blocks a request reads, its whole causal range:
+    ``min(ceil(length / 128), width)``, 0 for ``length < 1``."""
+    return tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, width)
+
+
+@triton.jit
 def own_page(length, slot):
     """The causal cut: the page that holds slot ``slot``'s query, ``(length - 8 + slot) //
     128``. Pages below it are ranked; it is the row's own page. For a position >= 0 (the
     decodes judge a length below query_len bad before using it)."""
     return query_position(length, slot) // _PAGE
+
+
+@triton.jit
+def scored_own_page(length, slot):
+    """``own_page`` where the slot's query exists, 0 for a slot before a short request's
+    first token (a scorer's bound for a row it never stores)."""
+    position = query_position(length, slot)
+    return tl.where(position >= 0, position // _PAGE, 0)
 
 
 @triton.jit

@@ -4,20 +4,15 @@ its query rows with each row's causal bound."""
 import triton
 import triton.language as tl
 
-from indexer_constants import PAGE
-
 from .e4m3 import e4m3_to_f16
-from .rules import query_position
-
-_PAGE = tl.constexpr(PAGE)
+from .rules import read_pages, scored_own_page
 
 
 @triton.jit
 def pages_scored(lens_ptr, b, W):
-    """(length, n): request b's length and the pages scored, min((len - 1) // 128, W).
-    Written without negative division (C and numpy round it differently)."""
+    """(length, n): request b's length and the pages scored (``rules.read_pages``)."""
     length = tl.load(lens_ptr + b)
-    return length, tl.where(length >= 1, tl.minimum((length - 1) // _PAGE, W), 0)
+    return length, read_pages(length, W)
 
 
 @triton.jit
@@ -26,8 +21,7 @@ def query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT
     past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
     fp16 [ROWS, 128] (E4M3 -> fp16 is exact, in integers: ``e4m3``; padding rows 0)."""
     r = SLOT0 * HS + tl.arange(0, ROWS)
-    slot_len = query_position(length, r // HS)
-    own = tl.where(slot_len >= 0, slot_len // _PAGE, 0)
+    own = scored_own_page(length, r // HS)
     d = tl.arange(0, 128)
     tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
     qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)

@@ -63,7 +63,7 @@ from .page_maxima import (
     pad_pow2,
     page_max,
 )
-from .rules import query_position
+from .rules import read_pages, scored_own_page
 
 _PAGE = gl.constexpr(PAGE)
 _PAGE_BYTES = gl.constexpr(PAGE_BYTES)
@@ -432,10 +432,8 @@ def score_kernel_wgmma(
             gdc_wait()
         if RELEASE:
             gdc_launch_dependents()
-    # n and own below are scorer._pages_scored / _query_rows' formulas (a Gluon kernel
-    # cannot call triton.jit helpers); tests hold both kernels to the same stored columns.
     length = gl.load(lens_ptr + b)
-    n = gl.where(length >= 1, gl.minimum((length - 1) // _PAGE, W), 0)  # no negative division
+    n = read_pages(length, W)
     if first < n:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         if RING > 0 or TABLES:
@@ -584,8 +582,7 @@ def score_kernel_wgmma(
         r = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, tops))  # row = slot * HS + head
         page = gl.arange(0, PAD, layout=gl.SliceLayout(1, tops))
         j = first + page
-        slot_len = query_position(length, r // HS)
-        own = gl.where(slot_len >= 0, slot_len // _PAGE, 0)  # the slot's causal bound
+        own = scored_own_page(length, r // HS)  # the slot's causal bound
         keep = (r < 8 * HS)[None, :] & (j[:, None] < own[None, :]) & (j < n)[:, None]
         if PAD != PPP:
             keep = keep & (page < PPP)[:, None]

@@ -9,6 +9,7 @@ import torch
 from indexer_constants import HEAD_DIM, MAX_PAGES, MAX_QUERY_LEN, PAGE, SUPPORTED_HEADS, TOPK
 
 from ..arguments import check_int, check_tensor
+from ..rules import own_pages
 from ..validate import DecodeInputs, check_requests
 
 # The key dtypes this format takes; the queries come in the cache's dtype.
@@ -57,9 +58,8 @@ def causal_blocks(seq_lens: torch.Tensor, query_len: int) -> torch.Tensor:
     seq_lens: int ``[B]``. Returns int64 ``[B * q]`` in row order ``b * q + i``. A valid
     length is 0 or >= q, so the position ``len - q + i`` is >= 0 or the request pads.
     """
-    i = torch.arange(query_len, dtype=torch.int64)
-    pos = seq_lens.to(torch.int64)[:, None] - query_len + i[None, :]
-    return torch.where(pos >= 0, pos // PAGE + 1, 0).reshape(-1)
+    own = own_pages(seq_lens, query_len)  # the causal cut: the block holding the query
+    return torch.where(own >= 0, own + 1, 0)
 
 
 def check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_blocks, local_blocks) -> MsaInputs:

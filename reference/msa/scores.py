@@ -8,6 +8,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from ..arguments import check_int, check_mma, check_tensor
 from ..e4m3_mma import e4m3_mma_dot
+from ..rules import read_blocks
 from .inputs import check_keys
 
 # Blocks scored at once: the float64 products of one chunk are [rows, chunk, 128, 128].
@@ -37,7 +38,7 @@ def computed_blocks(lens: torch.Tensor, num_pages: int) -> torch.Tensor:
 
     lens: int ``[B]``. Returns int64 ``[B]``.
     """
-    return (-(-lens.to(torch.int64) // PAGE)).clamp(0, num_pages)
+    return read_blocks(lens, num_pages)
 
 
 def e4m3_dot(q_rows: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:

@@ -19,9 +19,9 @@ from indexer_constants import TOPK
 from ...kernels.cp import _push
 from ...kernels.device import pdl_release, pdl_wait, peer_ptr
 from ...kernels.guards import BOUND_WORDS, request_verdict, row_id_bounds
-from ...kernels.rules import is_long_request, is_short_row, own_page, row_query
+from ...kernels.rules import is_long_request, is_short_row, own_page, read_blocks, row_query
 from ...select.levels import push_row_top16
-from .select import msa_output, msa_read_columns
+from .select import msa_output
 
 _TOPK = tl.constexpr(TOPK)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)
@@ -56,7 +56,7 @@ def msa_compact_table_kernel(
     b = tl.program_id(0)
     seq = tl.load(seq_lens_ptr + b)
     tl.store(seq_out_ptr + b, seq)
-    reads = msa_read_columns(seq, P)
+    reads = read_blocks(seq, P)
     row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * _BOUND_WORDS, reads, BLOCK)
     tl.store(n_local_ptr + b, _columns_below(reads, CP, RANK))
     tl.store(score_lens_ptr + b, tl.where(is_long_request(seq), seq, 0))

@@ -19,7 +19,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 from ...kernels.device import pdl_wait
 from ...kernels.e4m3 import e4m3_bytes_to_f16
 from ...kernels.guards import BAD_BLOCK, record_input
-from ...kernels.rules import query_position
+from ...kernels.rules import query_position, read_blocks
 
 _PAGE = tl.constexpr(PAGE)
 _DIM = tl.constexpr(HEAD_DIM)
@@ -100,7 +100,7 @@ def msa_score_kernel(
     first = tl.program_id(1) * COLS
     pdl_wait(PDL)
     length = tl.load(lens_ptr + b)
-    computed = tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)
+    computed = read_blocks(length, num_pages)
     if first * stride + offset < computed:
         r = SLOT0 * HS + tl.arange(0, ROWS)
         d = tl.arange(0, _DIM)

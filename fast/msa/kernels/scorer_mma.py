@@ -46,7 +46,7 @@ from ...kernels import page_ring
 from ...kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from ...kernels.guards import BAD_BLOCK, ERR_INPUT
 from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
-from ...kernels.rules import query_position
+from ...kernels.rules import query_position, read_blocks
 from . import block_ring
 from .scorer_dot import is_nan_element, to_operand  # arithmetic only: Gluon calls them as Triton does
 
@@ -258,7 +258,7 @@ def msa_score_kernel_mma(
     if PDL:
         gdc_wait()
     length = gl.load(lens_ptr + b)
-    computed = gl.minimum((gl.maximum(length, 0) + _PAGE - 1) // _PAGE, num_pages)
+    computed = read_blocks(length, num_pages)
     if first * stride + offset < computed:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         PAD: gl.constexpr = pad_pow2(PPP)

@@ -12,23 +12,15 @@ block): no key is ever built for a forced or a past-the-range column.
 import triton
 import triton.language as tl
 
-from indexer_constants import PAGE, TOPK
+from indexer_constants import TOPK
 
 from ...kernels.device import pdl_release, pdl_wait
 from ...kernels.guards import record_input, request_verdict, row_id_bounds
-from ...kernels.rules import is_short_row, own_page, row_query, short_row
+from ...kernels.rules import is_short_row, own_page, read_blocks, row_query, short_row
 from ...select.levels import KEY_EXACT, keys_to_pages, row_top16
 from .ascending import best_in_column_order
 
-_PAGE = tl.constexpr(PAGE)
 _TOPK = tl.constexpr(TOPK)
-
-
-@triton.jit
-def msa_read_columns(seq, P):
-    """Table columns the MSA decode of a request of length ``seq`` reads: min(ceil(seq /
-    128), P), 0 for seq < 1 (no negative division)."""
-    return tl.where(seq >= 1, tl.minimum((tl.maximum(seq, 1) + _PAGE - 1) // _PAGE, P), 0)
 
 
 @triton.jit
@@ -42,7 +34,7 @@ def msa_bounds_kernel(
 ):
     """One program per request: the id bounds ``guards.request_verdict`` judges."""
     b = tl.program_id(0)
-    n = msa_read_columns(tl.load(seq_lens_ptr + b), P)
+    n = read_blocks(tl.load(seq_lens_ptr + b), P)
     row_id_bounds(bt_ptr + b.to(tl.int64) * stride_bt, bounds_ptr + b * 4, n, BLOCK)
 
 
