@@ -284,3 +284,24 @@ def test_the_mutation_campaign_fails_when_an_early_bug_survives(monkeypatch):
     names = [b.name for b in bugs]
     monkeypatch.setattr(campaign_module, "rotating", lambda n: bugs)
     assert cli.main(["mutants", "--rotate", "3", "--budget", "1"]) == 1, names
+
+
+def test_the_reference_campaigns_draw_both_mma_routes():
+    """The reference targets' campaigns draw the E4M3-MMA route (nvfp4 and fp8 keys) beside
+    the exact one; their CI smoke keeps to the exact route (its cost), and bf16 never has it."""
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    quick = settings(max_examples=200, database=None)
+    for name in ("reference", "msa-reference"):
+        campaign = TARGETS[name].examples(False)
+        found = find(campaign, lambda c: c.mma == "e4m3", settings=quick)
+        assert found.key_format in ("nvfp4", "fp8"), found
+        with pytest.raises(NoSuchExample):
+            find(TARGETS[name].examples(True), lambda c: c.mma == "e4m3", settings=quick)
+    with pytest.raises(NoSuchExample):
+        find(
+            TARGETS["msa-reference"].examples(False),
+            lambda c: c.key_format == "bf16" and c.mma == "e4m3",
+            settings=quick,
+        )
