@@ -136,6 +136,7 @@ def scorer_sass(
     half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
     MSA kernel's probe of its ring (``score_blocks``' loads_only); decode: the wgmma
     kernel's decode or a probe of it (``variant_launch``' decode)."""
+    mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route, as the launchers take it
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -158,7 +159,6 @@ def scorer_sass(
             | ({"LOADS_ONLY": True} if loads_only else {})
         )
         dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
-        mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route (fp8 keys)
         ring_constants = mma_constants(dtype, rows, ppp, ring, mma)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
@@ -166,7 +166,6 @@ def scorer_sass(
         num_warps = 4
     elif kernel == "wgmma":
         rows = mma_rows(live)
-        mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route, as plan_scorer's
         ppp = pages or long_row_pages(rows)
         constexprs = common | {
             "ROWS": rows,

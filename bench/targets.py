@@ -214,18 +214,23 @@ def _decode_room(report: dict, rows: list[dict], large: float, small: float) -> 
     return "; with no decode at all " + ", ".join(parts) if parts else ""
 
 
+def _each_at_least(target: str, rows: list[dict], least: float, tail: str = "") -> dict:
+    """Every row's fraction of its gathered read >= ``least``: the verdict, ``tail`` after
+    its figures."""
+    if not rows:
+        return _verdict(target, "not measured (no such point in this grid)", None)
+    judged = [(r, _of_gathered(r), least) for r in rows]
+    figures = _by_shape(rows, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}") + _worst(judged) + tail
+    margin = min(figure - least for _, figure, _ in judged)
+    return _verdict(target, figures, margin >= 0, margin)
+
+
 def _msa(report: dict, fmt: str, least: float) -> dict:
     """The MSA scorer on ``fmt`` keys: every shape's rows as fractions of their gathered
     read, each >= ``least``; where a shape misses, its ring alone (``_feed_room``)."""
     target = f"MSA scorer, {fmt} keys, >= {least:.2f} of the gathered read at every shape from {_tokens(JUDGED_FROM)}"
     rows = [r for r in _judged(report.get("msa_scorer", [])) if r["format"] == fmt]
-    if not rows:
-        return _verdict(target, "not measured (no such point in this grid)", None)
-    judged = [(r, _of_gathered(r), least) for r in rows]
-    figures = _by_shape(rows, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}")
-    figures += _worst(judged) + _feed_room(report, fmt, rows, least)
-    margin = min(figure - least for _, figure, _ in judged)
-    return _verdict(target, figures, margin >= 0, margin)
+    return _each_at_least(target, rows, least, _feed_room(report, fmt, rows, least))
 
 
 def _feed_room(report: dict, fmt: str, rows: list[dict], least: float) -> str:
@@ -272,12 +277,18 @@ def _parity(report: dict, n: int, least: float) -> dict:
     """NVFP4 pages a second over the FP8 scorer's blocks a second (the FP8 row's µs over
     the NVFP4 row's, same shape and grid), at N = ``n``: each >= ``least``."""
     target = f"NVFP4 pages a second >= {least:.2f}x the FP8 scorer's blocks at N {n}, from {_tokens(JUDGED_FROM)}"
-    fp8 = {_point(r): r for r in report.get("msa_scorer", []) if r["format"] == "fp8" and not r.get("variant")}
-    pairs = [
-        (r, fp8[_point(r)]["us"] / r["us"])
-        for r in _at_n(_judged(report.get("scorer", []), gathered=False), n)
-        if _point(r) in fp8
-    ]
+    return _pages_over_blocks(target, report, _at_n(_judged(report.get("scorer", []), gathered=False), n), None, least)
+
+
+def _pages_over_blocks(target: str, report: dict, rows: list[dict], variant: dict | None, least: float) -> dict:
+    """Each NVFP4 row of ``rows`` against the FP8 MSA row of ``variant`` (None: the default
+    rows) at its point: the FP8 row's µs over the NVFP4 row's, each >= ``least``."""
+    fp8 = {
+        _point(r): r
+        for r in report.get("msa_scorer", [])
+        if r["format"] == "fp8" and (r.get("variant") or None) == variant
+    }
+    pairs = [(r, fp8[_point(r)]["us"] / r["us"]) for r in rows if _point(r) in fp8]
     if not pairs:
         return _verdict(target, "not measured (no grid with both formats' rows)", None)
     ratio = {id(r): x for r, x in pairs}
@@ -369,16 +380,6 @@ def _guard(report: dict) -> dict:
     return _verdict(target, ", ".join(spans), met)
 
 
-def _each_at_least(target: str, rows: list[dict], least: float) -> dict:
-    """Every row's fraction of its gathered read >= ``least``: the verdict."""
-    if not rows:
-        return _verdict(target, "not measured (no such point in this grid)", None)
-    judged = [(r, _of_gathered(r), least) for r in rows]
-    figures = _by_shape(rows, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}") + _worst(judged)
-    margin = min(figure - least for _, figure, _ in judged)
-    return _verdict(target, figures, margin >= 0, margin)
-
-
 def _e4m3_nvfp4(report: dict, n: int, least: float) -> dict:
     """The E4M3-MMA route's NVFP4 scorer at the MMA's N = ``n``: each row >= ``least`` of
     its gathered read."""
@@ -400,13 +401,6 @@ def _e4m3_parity(report: dict) -> dict:
     """The E4M3-MMA route's NVFP4 pages a second over its FP8 blocks a second, same shape
     and grid: each >= E4M3_PARITY."""
     target = f"E4M3-MMA route: NVFP4 pages a second >= {E4M3_PARITY:.2f}x its FP8 blocks at every N"
-    fp8 = {_point(r): r for r in report.get("msa_scorer", []) if r["format"] == "fp8" and r.get("variant") == E4M3}
-    rows = [r for r in _judged(report.get("scorer", []), E4M3, gathered=False) if _point(r) in fp8]
-    pairs = [(r, fp8[_point(r)]["us"] / r["us"]) for r in rows]
-    if not pairs:
-        return _verdict(target, "not measured (no grid with both formats' rows)", None)
-    ratio = {id(r): x for r, x in pairs}
-    figures = _by_shape([r for r, _ in pairs], lambda r: f"{ratio[id(r)]:.2f}x at {_grid(r)}")
-    figures += _worst([(r, x, E4M3_PARITY) for r, x in pairs], "x")
-    margin = min(x for _, x in pairs) - E4M3_PARITY
-    return _verdict(target, figures, margin >= 0, margin)
+    return _pages_over_blocks(
+        target, report, _judged(report.get("scorer", []), E4M3, gathered=False), E4M3, E4M3_PARITY
+    )

@@ -111,6 +111,7 @@ def variant_launch(
         return _prmt_launch(
             q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps
         )
+    mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3 decode is the route's, not a probe
     launch = scorer.plan_scorer(
         q_tile,
         k_cache,
@@ -120,7 +121,7 @@ def variant_launch(
         first_slot=first_slot,
         kernel=kernel,
         error=error,
-        mma="e4m3" if decode == "e4m3" else "exact",
+        mma=mma,
     )
     if launch is None:
         return None
@@ -132,7 +133,6 @@ def variant_launch(
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
-        mma = "e4m3" if decode == "e4m3" else "exact"
         most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma)
         o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
         if o["RING"] > most:

@@ -50,13 +50,16 @@ def _sum_exponents(c: torch.Tensor) -> torch.Tensor:
     return torch.where(c == 0, _NONE, e - 1)
 
 
-def _step(c: torch.Tensor, products: torch.Tensor, exps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One MMA step: (new ``c``, the step's error bound). c: float32 [...]; products:
-    float32 [..., 32] (exact: an E4M3 product has at most 8 significant bits); exps: int32
-    [..., 32] operand exponent sums (``_NONE`` where a product is 0). Every value below is
-    exact in its type: terms are below 2^16 units, their sum below 2^21."""
+def _step(
+    c: torch.Tensor, products: torch.Tensor, exps: torch.Tensor, want_bound: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One MMA step: (new ``c``, the step's error bound where ``want_bound``, else None).
+    c: float32 [...]; products: float32 [..., 32] (exact: an E4M3 product has at most 8
+    significant bits); exps: int32 [..., 32] operand exponent sums (``_NONE`` where a
+    product is 0). Every value below is exact in its type: terms are below 2^16 units,
+    their sum below 2^21."""
     e = torch.maximum(exps.amax(-1), _sum_exponents(c))
-    empty = e == _NONE  # no nonzero term: c (+0.0) stays
+    empty = e == _NONE  # no nonzero term and c = +0.0: every term is 0, so c stays +0.0
     e = torch.where(empty, 0, e)
     shift = ALIGN_BITS - e
     terms = torch.trunc(torch.ldexp(products, shift[..., None].to(torch.float32))).to(torch.int32)
@@ -67,10 +70,11 @@ def _step(c: torch.Tensor, products: torch.Tensor, exps: torch.Tensor) -> tuple[
     drop = (bits - SUM_BITS).clamp(min=0)
     mag = (mag >> drop) << drop
     c = torch.ldexp(torch.where(total < 0, -mag, mag).to(torch.float32), -shift.to(torch.float32)) + 0.0
+    if not want_bound:
+        return c, None
     # error of this step: each nonzero term (and c) loses < one unit, the rounding < 2^drop
     units = (exps != _NONE).sum(-1) + 1 + (1 << drop)
-    bound = torch.where(empty, 0.0, torch.ldexp(units.to(torch.float64), -shift.to(torch.float64)))
-    return torch.where(empty, torch.zeros_like(c), c), bound
+    return c, torch.where(empty, 0.0, torch.ldexp(units.to(torch.float64), -shift.to(torch.float64)))
 
 
 def _scores(q_rows: torch.Tensor, keys: torch.Tensor, want_bound: bool) -> torch.Tensor:
@@ -89,8 +93,9 @@ def _scores(q_rows: torch.Tensor, keys: torch.Tensor, want_bound: bool) -> torch
             p = k[:, None, dims] * q_rows[None, :, dims]  # exact: E4M3 products fit float32
             x = kx[:, None, dims] + qe[None, :, dims]
             x = torch.where(p == 0, _NONE, x)
-            c, b = _step(c, p, x)
-            bound += b
+            c, b = _step(c, p, x, want_bound)
+            if want_bound:
+                bound += b
         out[t0 : t0 + chunk] = bound if want_bound else c
     return out
 
