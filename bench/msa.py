@@ -10,7 +10,7 @@ import math
 import torch
 
 from fast.msa.cp import MsaDecodeCP
-from fast.msa.scorer import KEY_FORMATS, hopper_kernel, run_block_scorer
+from fast.msa.scorer import KEY_FORMATS, hopper_kernel, score_blocks
 from fast.msa.stock import MsaStockDecode
 from fast.route import device_route
 from fast.scorer import mma_rows
@@ -19,6 +19,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from .stages import StagedMsaCP, StagedMsaStock
 from .timing import FLUSH_BYTES, cold_time_us, disjoint_tables, graph_time_us, read_cell, variant_cell
+from .variants import score_block_variant
 
 # (Hs, slots scored): the stock rank's head, CP's four heads at q 8, 4 (speculative decoding)
 # and 1.
@@ -108,7 +109,9 @@ def msa_scorer_section(
                 def call(
                     i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, kw=launch
                 ):
-                    run_block_scorer(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw)
+                    score_block_variant(
+                        tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw
+                    )
 
                 us = timer(call, len(tables))
                 gbps = per_set * size / us / 1e3
@@ -156,7 +159,7 @@ def msa_feed_section(
                 for tensor in (True, False):
 
                     def call(i, tensor=tensor, tile=tile, out=out, slots=slots, cache=cache):
-                        run_block_scorer(
+                        score_block_variant(
                             tile,
                             cache,
                             tables[i],
@@ -216,7 +219,7 @@ def msa_stock_stages(
                     sd.forward(layer, plan, q, cache, out, query_len)
 
                 def score(_, cache=cache):
-                    run_block_scorer(
+                    score_blocks(
                         plan.tile, cache, table, lens, plan.scores, num_pages=pages, first_slot=SLOTS - query_len
                     )
 

@@ -61,6 +61,8 @@ from fast.select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_grou
 from fast.select.warp_ptx import warp_asm_options
 from indexer_constants import PAGE, SLOTS
 
+from .msa_probes import msa_score_kernel_loads
+from .probes import every_id, score_kernel_loads
 from .sass_listing import instruction_mix, load_use_distances, main_loop_mix
 from .sass_parts import (
     ALU_BUDGET,
@@ -72,7 +74,7 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS
+from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -124,6 +126,7 @@ def scorer_sass(
     ring: int | None = None,
     loads_only: bool = False,
     decode: str = "exact",
+    guard: bool = True,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -134,8 +137,9 @@ def scorer_sass(
     lines: the listing carries nvdisasm's source lines, for ``source_parts``; ring: wgmma's
     pages in its shared-memory ring, 0 for the register pipeline, or the MSA kernel's
     half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
-    MSA kernel's probe of its ring (``score_blocks``' loads_only); decode: the wgmma
-    kernel's decode or a probe of it (``variant_launch``' decode)."""
+    probe of the kernel's loads in its place (``variant_launch``' and
+    ``block_variant_launch``'); decode: the wgmma kernel's decode or a probe of it, guard
+    False: the wgmma kernel without its block-id guard (``variant_launch``')."""
     mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route, as the launchers take it
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
@@ -147,22 +151,22 @@ def scorer_sass(
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
         signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or desc_ptr".split(), types + ["i64"]))
-        constexprs = (
-            common
-            | {
-                "ROWS": rows,
-                "PPP": ppp,
-                "PARTS": mma_partials(rows, ppp),
-                "IS_FP8": kernel == "msa-fp8",
-                "RECORD": True,
-            }
-            | ({"LOADS_ONLY": True} if loads_only else {})
-        )
+        constexprs = common | {
+            "ROWS": rows,
+            "PPP": ppp,
+            "PARTS": mma_partials(rows, ppp),
+            "IS_FP8": kernel == "msa-fp8",
+            "RECORD": True,
+        }
         dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
         ring_constants = mma_constants(dtype, rows, ppp, ring, mma)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
-        src = _source(msa_score_kernel_mma, signature, constexprs | ring_constants)
+        if loads_only:  # the probe's kernel takes the same operands and ring
+            ring_constants.pop("E4M3_MMA")
+        src = _source(
+            msa_score_kernel_loads if loads_only else msa_score_kernel_mma, signature, constexprs | ring_constants
+        )
         num_warps = 4
     elif kernel == "wgmma":
         rows = mma_rows(live)
@@ -177,11 +181,19 @@ def scorer_sass(
             "RECORD": False,
             "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
             "TABLES": shared_tables(rows),
-            "DECODE": decode,
+            "E4M3_MMA": mma == "e4m3",
         }
+        if decode in PROBE_DECODES:
+            constexprs["GROUP_DECODE"] = PROBE_DECODES[decode]
+        if not guard:
+            constexprs["IN_CACHE"] = every_id
+        fn = score_kernel_wgmma
+        if loads_only:  # the probe's kernel, fed from registers, the table through L1
+            constexprs = {k: v for k, v in constexprs.items() if k not in ("RING", "TABLES", "E4M3_MMA")}
+            fn = score_kernel_loads
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
-        src = _source(score_kernel_wgmma, {k: v for k, v in fields if k != "TOK"}, constexprs)
+        src = _source(fn, {k: v for k, v in fields if k != "TOK"}, constexprs)
         num_warps = 4  # one warpgroup
         if (cap := max_registers(live)) is not None:
             options["maxnreg"] = cap  # as score_pages launches it

@@ -21,15 +21,11 @@ from .sass_listing import OPCODE, main_loop_span
 # page loop, the loop's own control, or the epilogue after it; a line of Triton's library
 # (a reduction's combine) is the maximum's.
 _FUNCTION_PART = {
-    "_load_block": "loads",
-    "_load_nth_block": "loads",
-    "_load_scales": "loads",
-    "_gather_tables": "loads",  # the scale tables, from L1
-    "_advance": "loads",
-    "_issue_page": "loads",  # the ring's copies (page_ring.py's lines are loads too)
-    "_in_cache": "loads",  # the block-id guard's compare (in the epilogue too, once a program)
     "_dequant_fragment": "decode",
+    "decode_groups": "decode",
     "_fragment": "decode",
+    "_fragment_e4m3": "decode",
+    "_byte": "decode",
 }
 # The page maxima's module (kernels/page_maxima.py), by function: the per-page fold is the
 # maximum's, the once-a-program reduction the epilogue's.
@@ -80,13 +76,17 @@ def _scorer_line_parts() -> dict[int, str]:
     for name, lines in functions:
         if name == "score_kernel_wgmma":  # setup | the page loops | the epilogue
             start = next(i for i in lines if text[i - 1].strip().startswith("for i in "))
-            end = next(i for i in lines if text[i - 1].strip().startswith("if LOADS_ONLY:"))
+            # the epilogue from the barrier before the maxima's reduction, the kernel's last
+            end = max(i for i in lines if text[i - 1].strip().startswith("gl.thread_barrier()"))
             parts.update((i, "setup" if i < start else "loop" if i < end else "epilogue") for i in lines)
             continue
+        loading = False  # inside the statement that loads the block ahead (one or more lines)
         for i in lines:
             code = text[i - 1]
             if name in ("_block", "_score_block"):
-                parts[i] = "MMA" if "mma" in code else "loads" if "_load_nth_block" in code else "loop"
+                loading = loading or "load_nth_block(" in code
+                parts[i] = "loads" if loading else "MMA" if "mma" in code else "loop"
+                loading = loading and not code.rstrip().endswith(")")
             else:
                 parts[i] = _FUNCTION_PART.get(name, "other")
     return parts
@@ -120,8 +120,8 @@ def source_parts(sass: str, span: range | None = None, alu: bool = False) -> col
             return maxima_lines.get(number, "other")
         if path.endswith("kernels/column_order.py"):
             return "setup"  # q's tile, once per program
-        if path.endswith("kernels/page_ring.py"):
-            return "loads"  # the ring's copies, waits and reads from shared memory
+        if path.endswith(("fast/kernels/page_ring.py", "fast/kernels/loads.py")):
+            return "loads"  # the loads, the ring's copies, waits and reads, the block-id guard
         if "/triton/language/" in path:
             return "maximum"  # a reduction's combine (gl.max)
         if path.endswith("kernels/rules.py"):
@@ -153,12 +153,7 @@ def parts_per_page(sass: str, pages: int, alu: bool = False) -> dict[str, float]
 # block maxima, and once a program its setup (the ids, q's tile) and epilogue (the maxima's
 # reduction, the stores). Its half-blocks are unrolled: the listing is the whole program.
 _MSA_FUNCTION_PART = {
-    "_copy_half": "ring",
-    "_column_block": "ring",
-    "_half_block": "ring",
-    "_half_row": "ring",
-    "_issue_half": "ring",
-    "_refill": "ring",
+    "column_blocks": "setup",  # the program's block ids, once
     "_fragment": "convert",
     # scorer_dot's helpers, which the mma scorer calls too
     "to_operand": "convert",
@@ -177,7 +172,7 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
     the kernel modules it calls (parsed once): column_order, page_maxima, and the dot
     scorer's helpers with the E4M3 conversion under them."""
     from fast.kernels import column_order, e4m3
-    from fast.msa.kernels import scorer_dot, scorer_mma
+    from fast.msa.kernels import loads, scorer_dot, scorer_mma
 
     text, functions = _module_functions(scorer_mma)
     own: dict[int, str] = {}
@@ -185,8 +180,8 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
         if name != "msa_score_kernel_mma":
             own.update((i, _MSA_FUNCTION_PART.get(name, "other")) for i in lines)
             continue
-        # the scoring loop is the kernel's last half-block loop (the probe's comes first);
-        # it ends at the first line indented no deeper than its ``for``
+        # the scoring loop is the kernel's half-block loop; it ends at the first line
+        # indented no deeper than its ``for``
         loops = [i for i in lines if text[i - 1].strip().startswith("for k in gl.static_range(2 * PPP)")]
         start = loops[-1]
         depth = _indent(text[start - 1])
@@ -206,7 +201,10 @@ def _msa_line_parts() -> dict[str, dict[int, str]]:
     _, order = _module_functions(column_order)
     _, shared = _module_functions(scorer_dot)
     _, conversion = _module_functions(e4m3)
+    _, feed = _module_functions(loads)
     return {
+        # the copies' helpers are the ring's, but the block ids loaded once
+        "msa/kernels/loads.py": {i: _MSA_FUNCTION_PART.get(f, "ring") for f, lines in feed for i in lines},
         "msa/kernels/scorer_mma.py": own,
         # the operand and NaN helpers it shares with the dot scorer, and the E4M3 conversion
         "msa/kernels/scorer_dot.py": {i: _MSA_FUNCTION_PART.get(f, "other") for f, lines in shared for i in lines},

@@ -1,18 +1,122 @@
 """The previous GPU scorer, kept for the benchmark's version comparison and as a second GPU
-implementation in the tests: codes decoded by ``dequant_prmt``'s byte permutes in plain
-Triton, whose ``tl.dot`` stages the fp16 tile through shared memory. Not in the decode's
-dispatch (``fast.scorer``); the tools launch it (``bench.variants``)."""
+implementation in the tests: codes decoded by the byte permutes of
+``fast.kernels.dequant_prmt`` in plain Triton, each group's table built in the asm from its
+scale byte, whose ``tl.dot`` stages the fp16 tile through shared memory. Not in the
+decode's dispatch (``fast.scorer``); the tools launch it (``bench.variants``)."""
 
 import triton
 import triton.language as tl
 
-from fast.kernels.dequant_prmt import dequant_prmt, load_page_prmt
+from fast.kernels.dequant_prmt import LOOKUP_STEP, SIGN_STEP, WIDEN_STEP, group_asm
 from fast.kernels.device import pdl_wait
 from fast.kernels.score_rows import pages_scored, query_rows
-from indexer_constants import PAGE, PAGE_BYTES
+from indexer_constants import CODE_BYTES, PAGE, PAGE_BYTES
 
 _PAGE = tl.constexpr(PAGE)
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
+_CODE_BYTES = tl.constexpr(CODE_BYTES)
+
+# $0, $1: table bytes T[0..3], T[4..7] (byte i = T[i]); $2: the scale byte (zero-extended;
+# times 257 puts it in both low bytes). mul.f16x2 constants, high half : low half -> products
+# {lo, hi}: {0, .5s}, {s, 1.5s}, {2s, 3s}, {4s, 6s}; cvt e4m3x2 puts the low half's byte
+# low, so {ha, hb} = T[0..3].
+# The integer shifts here and below are multiplies (mul.lo by 2^k, mul.hi by 2^16): ptxas
+# issues them as IMAD on the FMA pipe instead of SHF / PRMT on the ALU pipe, the busiest one
+# (the ALU pipe is what bounds the scorer).
+_TABLE_BODY = """
+{
+.reg .b32 ss, sf, ca, cb, cc, cd, pa, pb, pc, pd;
+.reg .b16 slo, shi, ha, hb, hc, hd;
+mul.lo.u32 ss, $2, 257;
+mov.b32 {slo, shi}, ss;
+cvt.rn.f16x2.e4m3x2 sf, slo;
+mov.b32 ca, 0x38000000;
+mov.b32 cb, 0x3E003C00;
+mov.b32 cc, 0x42004000;
+mov.b32 cd, 0x46004400;
+mul.rn.f16x2 pa, sf, ca;
+mul.rn.f16x2 pb, sf, cb;
+mul.rn.f16x2 pc, sf, cc;
+mul.rn.f16x2 pd, sf, cd;
+cvt.rn.satfinite.e4m3x2.f16x2 ha, pa;
+cvt.rn.satfinite.e4m3x2.f16x2 hb, pb;
+cvt.rn.satfinite.e4m3x2.f16x2 hc, pc;
+cvt.rn.satfinite.e4m3x2.f16x2 hd, pd;
+mov.b32 $0, {ha, hb};
+mov.b32 $1, {hc, hd};
+}
+"""
+# One group from its scale byte: the table computed in the asm (s to fp16 with ``cvt``,
+# exact; 4 exact fp16x2 products; 4 round-to-nearest-even saturating conversions to E4M3,
+# the contract's one rounding), then the runtime's decode steps.
+GROUP_ASM_FROM_SCALE = tl.constexpr(
+    group_asm(
+        _TABLE_BODY.replace("$0", "tlo").replace("$1", "thi").replace("$2", "$T"),
+        LOOKUP_STEP + SIGN_STEP + WIDEN_STEP,
+        8,
+    )
+)
+
+
+@triton.jit
+def load_page_prmt(page_u8, page_i64, live, TOK: tl.constexpr = 128, first_token=0):
+    """Raw operands for ``dequant_prmt`` of tokens ``[first_token, first_token + TOK)`` of a
+    page: int64 ``[TOK, 8]`` code groups (16 codes each) and int32 ``[TOK, 8]`` their scale
+    bytes (zeros where ``live`` is false, nothing read). page_u8 / page_i64: the page's
+    first byte as uint8 and int64 pointers (pages are 9216 bytes: groups are 8-byte aligned)."""
+    t = first_token + tl.arange(0, TOK)
+    g = tl.arange(0, 8)
+    codes = tl.load(page_i64 + t[:, None] * 8 + g[None, :], mask=live, other=0)
+    scales = tl.load(page_u8 + _CODE_BYTES + t[:, None] * 8 + g[None, :], mask=live, other=0).to(tl.int32)
+    return codes, scales
+
+
+@triton.jit
+def dequant_prmt(codes, scales):
+    """fp16 ``[TOK tokens, 128]`` from ``load_page_prmt``'s operands: one asm block per
+    group (table + 16 codes), then interleaves put element 16g + k = o[k][g]."""
+    o = tl.inline_asm_elementwise(
+        GROUP_ASM_FROM_SCALE,
+        "=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,r",
+        [codes, scales],
+        dtype=(
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+            tl.float16,
+        ),
+        is_pure=True,
+        pack=1,
+    )
+    # interleave(a, b)[2i + c] = (a, b)[c][i]; four levels over o[k], o[k + 8], ... give
+    # element 16g + k = o[k][g] (the bit-reversed pairing makes the order come out natural).
+    a = [
+        tl.interleave(o[0], o[8]),
+        tl.interleave(o[1], o[9]),
+        tl.interleave(o[2], o[10]),
+        tl.interleave(o[3], o[11]),
+        tl.interleave(o[4], o[12]),
+        tl.interleave(o[5], o[13]),
+        tl.interleave(o[6], o[14]),
+        tl.interleave(o[7], o[15]),
+    ]
+    b0 = tl.interleave(a[0], a[4])
+    b1 = tl.interleave(a[1], a[5])
+    b2 = tl.interleave(a[2], a[6])
+    b3 = tl.interleave(a[3], a[7])
+    return tl.interleave(tl.interleave(b0, b2), tl.interleave(b1, b3))
 
 
 @triton.jit

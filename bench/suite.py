@@ -210,8 +210,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, by the Hopper route's
     kernel and the portable route's (``variant`` {"route": "portable"}), the variants at 8 x 128K,
     Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K,
-    the no-decode probe at 8 x 1M and the E4M3-MMA probe at 8 x 128K too (where the grid
-    has them); each row's µs, read GB/s
+    the no-decode probe at 8 x 1M too (where the grid has them), and the E4M3-MMA route at
+    every grid; each row's µs, read GB/s
     and fraction of ``read_ceiling``."""
     rows = []
 

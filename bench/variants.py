@@ -1,7 +1,8 @@
-"""The scorer's variants for the benchmark, the SASS reader and the GPU tests: the wgmma
-kernel with other tuning (pages per program, blocks in flight, a register cap, its loads
-alone), the table kernel at other page counts, and the superseded prmt kernel. The decode
-itself only ever launches ``fast.scorer.score_pages``' choice."""
+"""The scorers' variants for the benchmark, the SASS reader and the GPU tests: the wgmma
+kernel with other tuning (pages per program, blocks in flight, a register cap) or one of
+its probes (``probes.py``), the table kernel at other page counts, the superseded prmt
+kernel, and the MSA mma kernel with other columns a program, rings and copies or its
+ring's probe (``msa_probes.py``). The decodes only ever launch ``fast``'s own plans."""
 
 from __future__ import annotations
 
@@ -14,20 +15,28 @@ import triton
 
 from fast import scorer
 from fast.backend import pdl_options
-from fast.checks import score_shapes
+from fast.checks import check_int, score_shapes
 from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.page_ring import MAX_RING
-from fast.scorer import max_ring, ring_pages, rows_for
+from fast.msa import tensor_map
+from fast.msa.kernels import block_ring
+from fast.msa.scorer import block_kernel, mma_constants, mma_partials, plan_block_scorer
+from fast.route import device_route
+from fast.scorer import max_ring, mma_rows, ring_pages, rows_for
 from indexer_constants import PAGE_BYTES, SLOTS
 
+from .msa_probes import msa_score_kernel_loads
+from .probes import every_id, moves_groups, score_kernel_loads, signless_groups
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
 VARIANT_KERNELS = ("wgmma", "prmt", "table")
-# the wgmma kernel's decode, then its three timing probes (``variant_launch``'s decode)
-DECODES = ("exact", "signless", "none", "e4m3")
+# the wgmma kernel's decode, its two timing probes, and the E4M3-MMA route's decode
+# (``variant_launch``'s decode)
+PROBE_DECODES = {"signless": signless_groups, "none": moves_groups}
+DECODES = ("exact", *PROBE_DECODES, "e4m3")
 
 
 def variant_launch(
@@ -133,6 +142,8 @@ def variant_launch(
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
+        if loads_only and o["TABLES"]:
+            raise ValueError("tables: the loads_only probe gathers the table through L1 (tables None or False)")
         most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma)
         o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
         if o["RING"] > most:
@@ -140,9 +151,14 @@ def variant_launch(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
                 f" with {o['PPP']} pages a program (at most {most})"
             )
-        o["LOADS_ONLY"] = bool(loads_only)
-        o["DECODE"] = decode
-        o["GUARD"] = bool(guard)
+        if decode in PROBE_DECODES:
+            o["GROUP_DECODE"] = PROBE_DECODES[decode]
+        if not guard:
+            o["IN_CACHE"] = every_id
+        if loads_only:  # the probe's own kernel: the register feed's loads, nothing else
+            for name in ("RING", "TABLES", "E4M3_MMA"):
+                o.pop(name)
+            launch.kernel = score_kernel_loads
         if register_cap != "auto":
             o.pop("maxnreg", None)
             if register_cap is not None:
@@ -189,6 +205,69 @@ def _prmt_launch(q_tile, k_cache, block_table, lens, out, first_slot, pages_per_
 def score_variant(q_tile, k_cache, block_table, lens, out, **variant) -> torch.Tensor:
     """``variant_launch(...)`` run; returns ``out``."""
     launch = variant_launch(q_tile, k_cache, block_table, lens, out, **variant)
+    if launch is not None:
+        launch()
+    return out
+
+
+def block_variant_launch(
+    q_tile: torch.Tensor,
+    k_cache: torch.Tensor,
+    block_table: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    *,
+    kernel: str | None = None,
+    ppp: int | None = None,
+    stages: int | None = None,
+    tensor_copies: bool = True,
+    loads_only: bool = False,
+    **arguments,
+) -> scorer.ScorerLaunch | None:
+    """The MSA block scorer's launch (``fast.msa.scorer.plan_block_scorer``; arguments as
+    ``score_blocks``'), tuned: kernel "mma" or "dot" (default: the route's); ppp: the mma
+    kernel's columns per program (1 .. 16; default its policy's); stages: its ring of
+    half-blocks (2 .. 8; one deeper than ``max_stages`` is filled by cp.async copies);
+    tensor_copies: False fills a bulk ring by 1D bulk copies instead of tensor copies (what
+    a CUDA graph captured before the cache's first call runs); loads_only: the probe of the
+    mma kernel's bulk ring alone (``msa_probes``), ``out`` untouched. None where there is
+    nothing to score."""
+    for name, flag in (("tensor_copies", tensor_copies), ("loads_only", loads_only)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
+    launch = plan_block_scorer(q_tile, k_cache, block_table, lens, out, kernel=kernel, **arguments)
+    hs = q_tile.shape[2]
+    rows = mma_rows((SLOTS - arguments.get("first_slot", 0)) * hs)
+    kernel = kernel or block_kernel(device_route(q_tile.device), k_cache.dtype, rows)
+    if loads_only and kernel != "mma":
+        raise ValueError(f"loads_only: probes the mma kernel's ring, not the {kernel} kernel's")
+    for name, value, low, high in (("ppp", ppp, 1, 16), ("stages", stages, 2, block_ring.MAX_STAGES)):
+        if value is not None:
+            check_int(name, value, low=low, high=high)
+            if kernel != "mma":
+                raise ValueError(f"{name}: sets the mma kernel's launch, not the {kernel} kernel's")
+    if launch is None or kernel != "mma":
+        return launch
+    o = launch.options
+    ppp = ppp or o["PPP"]
+    ring = mma_constants(k_cache.dtype, rows, ppp, stages, "e4m3" if o["E4M3_MMA"] else "exact")
+    if loads_only and not ring["BULK"]:
+        raise ValueError(f"loads_only: probes a bulk ring, and this launch's (N {rows}) is cp.async copies")
+    o.pop("maxnreg", None)
+    o.update(PPP=ppp, PARTS=mma_partials(rows, ppp), **ring)
+    tmap = tensor_map.cached(k_cache) if tensor_copies and ring["TENSOR"] else None
+    o["TENSOR"] = tmap is not None
+    launch.args = (*launch.args[:-1], 0 if tmap is None else tmap.data_ptr())
+    launch.grid = (q_tile.shape[0] * triton.cdiv(out.shape[2], ppp),)
+    if loads_only:
+        o.pop("E4M3_MMA")
+        launch.kernel = msa_score_kernel_loads
+    return launch
+
+
+def score_block_variant(q_tile, k_cache, block_table, lens, out, **variant) -> torch.Tensor:
+    """``block_variant_launch(...)`` run; returns ``out``."""
+    launch = block_variant_launch(q_tile, k_cache, block_table, lens, out, **variant)
     if launch is not None:
         launch()
     return out

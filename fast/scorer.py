@@ -149,7 +149,8 @@ def no_record(device: str) -> torch.Tensor:
 @dataclass
 class ScorerLaunch:
     """One scorer launch, spelled out: ``kernel[grid](*args, **options)``. ``score_pages``
-    runs it as planned; the benchmark's variants change ``grid`` and ``options``."""
+    and ``score_blocks`` run it as planned; the benchmark's variants change ``grid`` and
+    ``options``, or the kernel for a probe of their own (``bench.variants``)."""
 
     kernel: object
     grid: tuple[int, int]
@@ -236,7 +237,7 @@ def plan_scorer(
             DEPTH=WGMMA_DEPTH,
             RING=ring_pages(rows, ppp, mma),
             TABLES=tables,
-            DECODE=mma,
+            E4M3_MMA=mma == "e4m3",
             PREFETCH=prefetch,
             RELEASE=release,
             num_warps=4,

@@ -8,7 +8,6 @@ settles the Triton backend, which the CLI's ``--backend`` must be able to choose
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -188,32 +187,12 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     assert bool((layer.tile.local == -1).all()) and bool((layer.recv.local == -1).all()), "CP buffers not re-armed"
 
 
-# The GPU scorer's page feeds (pages a program, pages in its shared-memory ring): the ring
-# of 2 on the long programs the policy gives it (N 8 at 8 pages, N 16 at 4), the deepest
-# ring on short programs, and the register pipeline on long ones.
-PAGE_FEEDS = ((8, 2), (4, 2), (3, 4), (8, 0))
-
-
-def _page_feeds(live_rows: int) -> list[dict]:
-    """``score_variant`` arguments for each of PAGE_FEEDS whose ring fits beside the
-    kernel's shared memory at the N of ``live_rows`` scored rows."""
-    from fast.scorer import max_ring, mma_rows, shared_tables
-
-    n = mma_rows(live_rows)
-    return [
-        {"kernel": "wgmma", "pages_per_program": ppp, "ring": ring}
-        for ppp, ring in PAGE_FEEDS
-        if ring <= max_ring(n, ppp, shared_tables(n))
-    ]
-
-
 def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
-    """Each kernel against the reference: the scorer (bit for bit on exact inputs; on a GPU
-    also through each of its page feeds, PAGE_FEEDS — the decode's grids here are too small
-    for the programs that take the shared-memory ring), the stock top-16 on its own scores,
-    and CP = 1 in one process (oracle output, buffers re-armed)."""
+    """Each kernel against the reference: the scorer (bit for bit on exact inputs, through
+    the feed the decode's policy gives it; ``tests/test_gpu_scorer.py`` forces each feed),
+    the stock top-16 on its own scores, and CP = 1 in one process (oracle output, buffers
+    re-armed)."""
     from fast.cp import IndexerDecodeCP
-    from fast.route import device_route
     from fast.stock import StockDecode
     from fast.symm import SingleRankSymmetric
 
@@ -237,16 +216,6 @@ def check_kernels(cfg: DecodeConfig, ctx: Context) -> None:
         ref_scores = full_scores(check_decode_inputs(*case.args()))  # NaN where not stored
         stored = ~torch.isnan(ref_scores)
         assert torch.equal(scores[stored], ref_scores[stored]), "scorer != reference on exact-arithmetic input"
-        # On an sm_90 GPU the lab's variants force each feed of the wgmma scorer — in a source
-        # tree, where bench/ is; an installed copy (no lab) checks the decode's own feed above.
-        if device_route(dev).sm90 and importlib.util.find_spec("bench") is not None:
-            from bench.variants import score_variant
-
-            for feed in _page_feeds(q * heads):
-                got = torch.full((batch, 8 * heads, width), 1e30, device=dev)
-                score_variant(stock_plan.tile, on[1], on[2][:, :width], on[3], got, first_slot=8 - q, **feed)
-                got = _step_rows(got, heads, q, width)
-                assert torch.equal(got[stored], ref_scores[stored]), f"scorer fed {feed} != reference on exact input"
         # CP = 1 in one process: the whole protocol against the oracle.
         state = IndexerDecodeCP(heads=heads, max_reqs=batch, symm=SingleRankSymmetric(dev))
         layer = state.new_layer()

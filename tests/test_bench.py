@@ -708,7 +708,7 @@ def test_a_probe_whose_child_fails_is_left_out():
 @pytest.mark.gpu
 @pytest.mark.hopper
 def test_the_e4m3_probe_runs_in_its_child():
-    """The E4M3-MMA probe launches at every scorer shape of the bench (wgmma m64n8k32 at N 8
+    """The E4M3-MMA route launches at every scorer shape of the bench (wgmma m64n8k32 at N 8
     included) in a child process: the bench then times its rows."""
     from bench.suite import SCORER_SHAPES
     from bench.variants import probe_runs

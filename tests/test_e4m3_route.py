@@ -6,9 +6,8 @@ import pytest
 import torch
 
 import reference
-from bench.variants import score_variant
+from bench.variants import score_block_variant, score_variant
 from fast import IndexerDecodeCP, MsaDecodeCP, MsaStockDecode, StockDecode, score_blocks, score_pages
-from fast.msa.scorer import run_block_scorer
 from fast.route import route_for
 from fast.symm import SingleRankSymmetric
 from indexer_constants import SLOTS
@@ -131,7 +130,7 @@ def test_score_blocks_gives_the_reference_e4m3_scores(hs, first_slot, ring):
     msa.score_blocks(tile, case.k_cache, table, case.seq_lens, want, num_pages=32, stride=2, offset=1, mma=E4M3)
     want[:, torch.arange(SLOTS * hs) < first_slot * hs] = POISON
     got = on(torch.full_like(want, POISON))
-    run_block_scorer(
+    score_block_variant(
         on(tile),
         on(case.k_cache),
         on(table),

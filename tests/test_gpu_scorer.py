@@ -5,6 +5,7 @@ table scorer; the ring's bounded wait."""
 
 import pytest
 import torch
+from hypothesis import given, settings
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -12,9 +13,10 @@ import reference
 from bench.variants import dequant_pages_prmt, score_variant
 from fast.errors import new_record
 from fast.kernels import page_ring
-from fast.scorer import long_row_pages, max_ring, mma_rows
-from indexer_constants import CODE_BYTES, PAGE, SLOTS
-from reference.cases import every_element_case, make_case
+from fast.scorer import long_row_pages, max_ring, mma_rows, shared_tables
+from fuzz.strategies import decode_configs
+from indexer_constants import CODE_BYTES, MMA_ROUTES, PAGE, SLOTS
+from reference.cases import EXACT_PATTERNS, every_element_case, make_case
 from reference.decode import query_tile
 from reference.nvfp4 import dequantize_nvfp4, join_pages
 from reference.scores import fp32_order_bound
@@ -84,6 +86,36 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
         )
         outs.append(out.cpu())
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
+
+
+# The wgmma kernel's page feeds (pages a program, pages in its shared-memory ring): the ring
+# of 2 on the long programs the policy gives it (N 8 at 8 pages, N 16 at 4), the deepest
+# ring on short programs, and the register pipeline on long ones.
+PAGE_FEEDS = ((8, 2), (4, 2), (3, 4), (8, 0))
+
+
+# each example compiles its shapes afresh (first slot, N, route): a few examples a run
+@settings(max_examples=12, deadline=None)
+@given(decode_configs(max_pages=24, patterns=tuple(EXACT_PATTERNS), routes=MMA_ROUTES))
+def test_every_page_feed_scores_exact_inputs_as_the_reference(cfg):
+    """Fuzzed decodes' exact-arithmetic inputs through each of PAGE_FEEDS that fits beside
+    the kernel's shared memory at the example's N (a decode's small grids never take the
+    programs that use the ring), on the example's MMA route: bit for bit the reference's."""
+    case = cfg.build()
+    batch, heads, q = len(cfg.seq_lens), case.index_q.shape[1], cfg.query_len
+    tile = query_tile(case.index_q, batch, q)
+    want = torch.full((batch, SLOTS * heads, case.block_table.shape[1]), 1e30)
+    reference.score_pages(tile, case.k_cache, case.block_table, case.seq_lens, want, mma=cfg.mma)
+    want[:, : (SLOTS - q) * heads] = 1e30
+    rows = mma_rows(q * heads)
+    operands = (tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda())
+    for ppp, ring in PAGE_FEEDS:
+        if ring > max_ring(rows, ppp, shared_tables(rows), cfg.mma):
+            continue
+        got = torch.full_like(want, 1e30).cuda()
+        feed = {"pages_per_program": ppp, "ring": ring}
+        score_variant(*operands, got, kernel="wgmma", first_slot=SLOTS - q, decode=cfg.mma, **feed)
+        assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"{cfg} fed {feed}"
 
 
 @pytest.mark.parametrize(
@@ -214,9 +246,9 @@ def test_the_signless_probe_scores_the_keys_magnitudes(heads, query_len):
 
 
 @pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
-def test_the_e4m3_probe_scores_the_keys_through_an_e4m3_mma(heads, query_len):
-    """The bench's E4M3-MMA probe (``decode="e4m3"``: the decode's E4M3 bytes straight into
-    wgmma k32, q as the E4M3 it is) stores the scorer's cells and nothing else, each within
+def test_the_e4m3_route_scores_the_keys_through_an_e4m3_mma(heads, query_len):
+    """The E4M3-MMA route through the bench's variants (``decode="e4m3"``: the decode's E4M3
+    bytes straight into wgmma k32, q as the E4M3 it is) stores the scorer's cells and nothing else, each within
     2^-7 of its page's largest sum of |q_d k_td| of the exact score — far looser than
     Hopper's E4M3 accumulation needs (``python -m bench.fp8_mma`` measures that), far
     tighter than a column or a sign out of place, which moves a score by about the whole

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
+from bench.variants import score_block_variant
 from fast.errors import new_record
 from fast.kernels import page_ring
 from fast.msa.kernels import block_ring
@@ -27,7 +28,7 @@ def fast_scores(tile, case, table, **kw):
     """fast's scores of ``tile`` on ``table`` over a POISON-filled output, on the CPU."""
     rows = SLOTS * tile.shape[2]
     got = on(torch.full((tile.shape[0], rows, table.shape[1]), POISON))
-    run_block_scorer(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, **kw)
+    score_block_variant(on(tile), on(case.k_cache), on(table), on(case.seq_lens), got, **kw)
     return got.cpu()
 
 
@@ -97,7 +98,7 @@ def test_first_slot_and_the_tile_set_leave_the_rest_alone():
     got = on(torch.full((2, rows, case.block_table.shape[1]), POISON))
     sets = on(sets)
     q_sel = on(torch.ones(1, dtype=torch.int64))
-    run_block_scorer(
+    score_block_variant(
         sets[0],
         on(case.k_cache),
         on(case.block_table),
@@ -161,7 +162,7 @@ def test_bad_arguments_name_themselves(change, match):
     }
     change(args)
     with pytest.raises((TypeError, ValueError), match=match):
-        run_block_scorer(**args)
+        score_block_variant(**args)
 
 
 def test_the_rings_feed_fits_its_shared_memory():
@@ -312,10 +313,10 @@ def test_the_ring_probe_writes_nothing_and_needs_a_bulk_ring(dtype, heads, first
     record = new_record(DEV)
     one = {"num_pages": 9, "first_slot": first_slot, "kernel": "mma", "loads_only": True, "error": record}
     for copies in (True, False):
-        run_block_scorer(*args, out, tensor_copies=copies, **one)
+        score_block_variant(*args, out, tensor_copies=copies, **one)
     assert bool((out == POISON).all()) and record.tolist() == [0] * 5
     with pytest.raises(ValueError, match="loads_only: probes a bulk ring"):
-        run_block_scorer(*args, out, ppp=8, stages=6, **one)  # 6 slots: no static ring holds them
+        score_block_variant(*args, out, ppp=8, stages=6, **one)  # 6 slots: no static ring holds them
 
 
 @gluon.jit

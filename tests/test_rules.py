@@ -53,8 +53,8 @@ def test_runtime_package_imports_nothing_of_the_lab():
 def test_runtime_signatures_carry_no_benchmark_knob():
     """What a server calls takes no argument that only the bench or the tests set: stage
     timing, kernel choice, PDL prefetch / release, select shapes, ring probes (those go
-    through ``plan_scorer`` / ``run_block_scorer``, ``select.policy.force_select`` and
-    ``bench.stages``)."""
+    through ``plan_scorer`` / ``plan_block_scorer``, ``bench.variants``,
+    ``select.policy.force_select`` and ``bench.stages``)."""
     import inspect
 
     import fast
@@ -204,3 +204,106 @@ def test_fast_checks_reject_what_the_reference_rejects():
             args["query_len"],
         )
         assert mine is not None and ref is not None and mine[1] == ref[1] == name, (name, mine, ref)
+
+
+# The kernels' hooks: constexpr parameters whose default is a jit function (the runtime's
+# rule), which the bench may replace with a probe of its own (bench/probes.py) and the
+# runtime never sets. Any other constexpr of a launched kernel is set by a launch in fast/.
+KERNEL_HOOKS = {
+    "score_kernel_wgmma": {"GROUP_DECODE", "IN_CACHE"},
+    "merge_kernel": {"OUTPUT"},
+}
+# Every inline-asm string fast/ defines as a module constant, by module: each one a kernel
+# of fast/ runs. A new one (a probe's, say) fails here until it is listed, and a listed one
+# no kernel of fast/ uses fails too.
+RUNTIME_ASM = {
+    "fast.kernels.dequant_prmt": {
+        *("LOOKUP_STEP", "SIGN_STEP", "WIDEN_STEP", "BYTES_STEP", "TABLE_FROM_ENTRY"),
+        *("GROUP_ASM", "GROUP_ASM_E4M3"),
+    },
+    "fast.kernels.loads": {"_LOAD_SCALE", "_LOAD_SCALE_IF", "_GATHER_TABLE"},
+    "fast.kernels.page_ring": {"_REPORT", "_WAIT_TABLES", "_BASE", "_TABLE_BASE", "_GATHER"},
+    "fast.msa.kernels.block_ring": {"_BASE"},
+    "fast.select.levels": {"_LOAD_QUAD"},
+}
+
+
+def _fast_modules():
+    """Every module of fast/ but the user tools (imported), with its source."""
+    import importlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    for path in sorted((root / "fast").rglob("*.py")):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        if not name.startswith("fast.tools"):
+            yield importlib.import_module(name), path.read_text()
+
+
+def _launch_source() -> str:
+    """The source of fast/'s modules outside its kernel packages: where launches are."""
+    return "\n".join(text for module, text in _fast_modules() if ".kernels" not in module.__name__)
+
+
+def _jit_functions():
+    """(name, function, [(constexpr name, default)]) of every jit function fast/ defines,
+    Triton's (interpreted on a CPU) and Gluon's."""
+    import inspect
+
+    for module, _ in _fast_modules():
+        for name, obj in vars(module).items():
+            fn = getattr(obj, "fn", None)
+            if fn is None or not hasattr(obj, "run") or fn.__module__ != module.__name__:
+                continue
+            params = inspect.signature(fn).parameters.values()
+            yield name, [(p.name, p.default) for p in params if "constexpr" in str(p.annotation)]
+
+
+def test_runtime_kernels_take_only_what_a_launch_in_fast_sets():
+    """Each kernel fast/ launches (``name[grid]`` or a ``ScorerLaunch``) takes no
+    compile-time parameter that only the bench or the tests set: every constexpr is passed
+    by name in fast/'s launch code (``NAME=`` or a ``"NAME"`` key), or is one of
+    KERNEL_HOOKS, a jit function the runtime leaves at its default. Probes (a LOADS_ONLY, a
+    guard switch, a decode probe) cannot creep back into a runtime kernel unseen."""
+    import re
+
+    launches = _launch_source()
+    kernels = {
+        name: constexprs
+        for name, constexprs in _jit_functions()
+        if re.search(rf"(\b{name}\[|ScorerLaunch\(\s*{name}\b)", launches)
+    }
+    assert {"score_kernel_wgmma", "msa_score_kernel_mma", "score_kernel_table", "merge_kernel"} <= set(kernels)
+    unset = []
+    for name, constexprs in sorted(kernels.items()):
+        for param, default in constexprs:
+            if param in KERNEL_HOOKS.get(name, ()):
+                assert hasattr(default, "fn"), f"{name}.{param}: a hook defaults to the runtime's rule"
+            elif not re.search(rf"(\b{param}\s*=[^=]|[\"']{param}[\"'])", launches):
+                unset.append(f"{name}.{param}")
+    assert not unset, f"constexprs no launch in fast/ sets (a probe? bench/ holds those): {unset}"
+    for name, hooks in KERNEL_HOOKS.items():
+        assert hooks <= {param for param, _ in kernels[name]}, name
+
+
+def test_runtime_asm_strings_are_the_runtimes():
+    """The inline-asm strings fast/ keeps as module constants are RUNTIME_ASM's, each used by
+    code of fast/ besides its definition: a probe's asm lives in bench/."""
+    import re
+
+    from triton.language import constexpr
+
+    ptx = re.compile(r"\b(ld|st|mov|prmt|cvt|mul|mad|lop3|setp|mbarrier|cp)\.[a-z0-9]")
+    found, sources = {}, {}
+    for module, text in _fast_modules():
+        sources[module.__name__] = text
+        for name, obj in vars(module).items():
+            value = obj.value if isinstance(obj, constexpr) else obj
+            if isinstance(value, str) and ptx.search(value) and re.search(rf"^{name}\s*=", text, flags=re.M):
+                found.setdefault(module.__name__, set()).add(name)
+    assert found == RUNTIME_ASM, found
+    everything = "\n".join(sources.values())
+    for module, names in RUNTIME_ASM.items():
+        for name in names:
+            uses = len(re.findall(rf"\b{name}\b", everything))
+            assert uses >= 2, f"{module}.{name}: defined, used by nothing in fast/"

@@ -142,15 +142,16 @@ def test_portable_route_kernels_compile_for_every_other_gpu(capability):
 def test_sass_tool_compiles_the_scorer_with_its_block_id_guard():
     """A compile from an AST source takes a constexpr it is not given as None (falsy), where
     a launch takes the parameter's default: the tool once compiled the scorer without its
-    block-id guard (``GUARD``, default on), so every SASS figure it gave left the guard out.
-    The listing must hold instructions of the guard's compare (``_in_cache``)."""
+    block-id guard (then a flag, default on), so every SASS figure it gave left the guard
+    out. The listing must hold instructions of the guard's compare (``loads.in_cache``, the
+    kernel's IN_CACHE by default)."""
     code = (
         "import inspect, re\n"
-        "from fast.kernels import scorer_wgmma\n"
+        "from fast.kernels import loads\n"
         "from bench.sass import scorer_sass\n"
-        "source, first = inspect.getsourcelines(scorer_wgmma._in_cache.fn)\n"
+        "source, first = inspect.getsourcelines(loads.in_cache.fn)\n"
         "_, listing = scorer_sass('wgmma', 1, None, 4, ring=0, lines=True)\n"
-        "issued = {int(n) for n in re.findall(r'scorer_wgmma.py\", line (\\d+)', listing)}\n"
+        "issued = {int(n) for n in re.findall(r'fast/kernels/loads.py\", line (\\d+)', listing)}\n"
         "print('guard compiled' if issued & set(range(first, first + len(source))) else 'no guard')\n"
     )
     done = _compile_only("-c", code)
@@ -363,8 +364,8 @@ def test_the_e4m3_route_drops_the_widening_and_halves_the_mma(hs, first_slot, ri
     assert loads_e == loads, (loads, loads_e)
 
 
-def test_sass_tool_prices_a_decode_probe_by_part():
-    """``python -m bench.sass --decode e4m3 --parts`` prices the E4M3-MMA probe per page as
+def test_sass_tool_prices_the_e4m3_decode_by_part():
+    """``python -m bench.sass --decode e4m3 --parts`` prices the E4M3-MMA route per page as
     the exact decode is priced: its decode part lighter by the widening's four ``cvt`` per 8
     codes at least (the budgets that PERF.md quotes)."""
 
@@ -552,7 +553,7 @@ print(json.dumps(out))
     ],
 )
 def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
-    """``run_block_scorer(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
+    """``block_variant_launch(..., loads_only=True)``, the bench's probe of the mma kernel's bulk
     ring (every shape whose ring is bulk), compiles beside the scorer it probes and keeps
     what bounds the ring: the same tensor copies and waits, every 16-byte read-back (one
     load a run: E4M3 4 a thread and half-block, BF16 8), the same static and dynamic shared

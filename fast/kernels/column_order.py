@@ -46,7 +46,7 @@ def logical_columns(x, WIDTH: gl.constexpr = 2):
     column k of the result is dimension d(k) of ``x`` (a permutation of each thread's
     registers wherever a thread holds whole groups of 32 dimensions). WIDTH: the A
     fragment's consecutive k a register, 2 for 16-bit operands (the order above), 4 for
-    E4M3 ones (the bench's E4M3-MMA probe: k = 32 kb + 16 h + 4 tig + e, d = 32 tig + 8 kb
+    E4M3 ones (the E4M3-MMA route: k = 32 kb + 16 h + 4 tig + e, d = 32 tig + 8 kb
     + 4 h + e, e < 4; a lane's 32 columns are the same 32 dimensions either way)."""
     r: gl.constexpr = x.shape[0]
     x = gl.reshape(x, [r, 4, 16 // WIDTH, 2, WIDTH])  # [r, tig, kb, h, e]: d = 32 tig + 2 WIDTH kb + WIDTH h + e
@@ -56,8 +56,8 @@ def logical_columns(x, WIDTH: gl.constexpr = 2):
 
 @gluon.jit
 def store_q_tile(q16, mma: gl.constexpr, IN_REGISTERS: gl.constexpr):
-    """The MMA's q operand from q16 [ROWS, 128] (16-bit, or E4M3 for the bench's E4M3-MMA
-    probe; logical column order): stored k contiguous in shared memory, then for
+    """The MMA's q operand from q16 [ROWS, 128] (16-bit, or E4M3 for the E4M3-MMA
+    route; logical column order): stored k contiguous in shared memory, then for
     ``mma.sync`` (IN_REGISTERS) loaded once into the B operand's registers, else the tile's
     transposed view (wgmma reads it there)."""
     ROWS: gl.constexpr = q16.shape[0]

@@ -23,7 +23,7 @@ from ..checks import check_int, score_shapes
 from ..kernels import page_maxima
 from ..kernels.page_maxima import partial_maxima
 from ..route import Route, device_route
-from ..scorer import first_set, mma_rows, no_record, pages_per_program
+from ..scorer import ScorerLaunch, first_set, mma_rows, no_record, pages_per_program
 from . import tensor_map
 from .kernels import block_ring
 from .kernels.scorer_dot import msa_score_kernel
@@ -181,7 +181,7 @@ def score_blocks(
     (16-bit operands, fp32 sums), or "e4m3" for E4M3 keys on the Hopper route: Hopper's
     E4M3 MMA on the values as they are (DESIGN §4.1, the reference's scores bit for bit).
     """
-    return run_block_scorer(
+    run_block_scorer(
         q_tile,
         k_cache,
         block_table,
@@ -197,9 +197,18 @@ def score_blocks(
         error=error,
         mma=mma,
     )
+    return out
 
 
-def run_block_scorer(
+def run_block_scorer(*args, **options) -> None:
+    """``plan_block_scorer``'s launch, run (nothing where there is nothing to score):
+    ``score_blocks``' call, and the tests' where they pick the kernel."""
+    launch = plan_block_scorer(*args, **options)
+    if launch is not None:
+        launch()
+
+
+def plan_block_scorer(
     q_tile: torch.Tensor,
     k_cache: torch.Tensor,
     block_table: torch.Tensor,
@@ -214,26 +223,13 @@ def run_block_scorer(
     q_set_stride: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
-    kernel: str | None = None,
-    ppp: int | None = None,
-    stages: int | None = None,
-    tensor_copies: bool = True,
-    loads_only: bool = False,
     mma: str = "exact",
-) -> torch.Tensor:
-    """``score_blocks`` with the launch's own knobs, which the tests and the bench set (a
-    server calls ``score_blocks``, which leaves them to the policy). Returns ``out``.
-
-    kernel: "mma" (sm_90 only) or "dot" (default: ``hopper_kernel``'s on the Hopper route,
-    "dot" on the others: ``fast.route``).
-    ppp: the mma kernel's columns per program (default: ``pages_per_program``'s policy for
-    the grid); stages: its ring of half-blocks (2 .. 8, default ``ring_feed``'s; one deeper
-    than ``max_stages`` is filled by cp.async copies); tensor_copies: False fills a bulk
-    ring by 1D bulk copies instead of tensor copies (what a CUDA graph captured before
-    the cache's first call runs: ``tensor_map.cached``); loads_only: the bench's probe of
-    the mma kernel's bulk ring alone — the same grid, copies, waits and shared-memory
-    reads, as much shared memory (so as many programs an SM as it allows), no q, MMA or
-    maxima, nothing written to ``out``; tests and the bench's variants set them.
+    kernel: str | None = None,
+) -> ScorerLaunch | None:
+    """``score_blocks``' checks and its launch, not run (None: nothing to score), as
+    ``fast.scorer.plan_scorer`` is ``score_pages``'. Arguments as ``score_blocks``', and
+    kernel: "mma" (sm_90 only) or "dot" (default: ``block_kernel``'s for the device's route),
+    which the tests set (a server calls ``score_blocks``).
     """
     batch, hs, width = score_shapes(q_tile, block_table, out)
     check_keys("k_cache", k_cache)
@@ -269,18 +265,8 @@ def run_block_scorer(
         raise ValueError(f"kernel: {kernel!r} has no E4M3 MMA (mma 'e4m3' runs the mma kernel)")
     if kernel == "mma" and not route.sm90:
         raise ValueError(f"kernel: 'mma' needs an sm_90 GPU, not {route.device} (the dot kernel runs anywhere)")
-    for name, flag in (("tensor_copies", tensor_copies), ("loads_only", loads_only)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
-    if loads_only and kernel != "mma":
-        raise ValueError(f"loads_only: probes the mma kernel's ring, not the {kernel} kernel's")
-    for name, value, low, high in (("ppp", ppp, 1, 16), ("stages", stages, 2, 8)):
-        if value is not None:
-            check_int(name, value, low=low, high=high)
-            if kernel != "mma":
-                raise ValueError(f"{name}: sets the mma kernel's launch, not the {kernel} kernel's")
     if batch == 0 or width == 0:
-        return out
+        return None
     # both kernels take the same operands; the launch shape and its constants differ
     args = (
         raw_view(q_tile),
@@ -309,27 +295,16 @@ def run_block_scorer(
         **pdl_options(pdl),
     )
     if kernel == "mma":
-        ppp = ppp or pages_per_program(batch, width, sm_count(str(device)), rows)
-        ring = mma_constants(k_cache.dtype, rows, ppp, stages, mma)
-        if loads_only and not ring["BULK"]:
-            raise ValueError(f"loads_only: probes a bulk ring, and this launch's (N {rows}) is cp.async copies")
-        ring["LOADS_ONLY"] = loads_only
-        tmap = tensor_map.cached(k_cache) if tensor_copies and ring["TENSOR"] else None
+        ppp = pages_per_program(batch, width, sm_count(str(device)), rows)
+        ring = mma_constants(k_cache.dtype, rows, ppp, None, mma)
+        tmap = tensor_map.cached(k_cache) if ring["TENSOR"] else None
         ring["TENSOR"] = tmap is not None  # else the 1D bulk copies (a capture without the map)
-        msa_score_kernel_mma[(batch * triton.cdiv(width, ppp),)](
-            *args,
-            0 if tmap is None else tmap.data_ptr(),
-            ROWS=rows,
-            PPP=ppp,
-            PARTS=mma_partials(rows, ppp),
-            **ring,
-            **common,
-        )
-        return out
+        options = dict(ROWS=rows, PPP=ppp, PARTS=mma_partials(rows, ppp), **ring, **common)
+        grid = (batch * triton.cdiv(width, ppp),)
+        return ScorerLaunch(msa_score_kernel_mma, grid, (*args, 0 if tmap is None else tmap.data_ptr()), options)
     live = (SLOTS - first_slot) * hs
     cols = COLS_PER_PROGRAM[k_cache.dtype]
-    msa_score_kernel[(batch, triton.cdiv(width, cols))](
-        *args,
+    options = dict(
         ROWS=max(16, triton.next_power_of_2(live)),
         COLS=cols,
         INTERPRETER=os.environ.get("TRITON_INTERPRET") == "1",
@@ -337,4 +312,4 @@ def run_block_scorer(
         STAGES=STAGES[k_cache.dtype],
         **common,
     )
-    return out
+    return ScorerLaunch(msa_score_kernel, (batch, triton.cdiv(width, cols)), args, options)

@@ -138,34 +138,6 @@ def _read_constraints(pack):
     return "=r,=r,=r,=r," + ",".join(["r"] * pack)
 
 
-@constexpr_function
-def _fold_asm(slot, element_bytes):
-    """``_read_asm``'s 16 bytes at the thread's offset $1, their four words xored into the
-    running fold $2, giving $0."""
-    return (
-        "{\n.reg .b32 a, b, c, d;\n"
-        f"ld.shared.v4.b32 {{a, b, c, d}}, [$1+{slot * slot_bytes(element_bytes)}];\n"
-        "xor.b32 a, a, b;\nxor.b32 c, c, d;\nxor.b32 a, a, c;\nxor.b32 $0, a, $2;\n}"
-    )
-
-
-@constexpr_function
-def runs_layout(element_bytes):
-    """A half-block's 16-byte runs [64 tokens, 8 (E4M3) or 16 (BF16) a token], each thread
-    holding those the scorer's read-back gives it (``scorer_mma``'s raw layout: lane
-    (gid, tig) of warp w reads 32 elements of tokens 16 w + gid and 16 w + gid + 8, from
-    element 32 tig): 2 runs of a token for E4M3, 4 for BF16."""
-    per = 2 * element_bytes  # runs of a thread's 32 elements
-    own = [[0, 1 << i] for i in range(per.bit_length() - 1)]
-    return gl.DistributedLinearLayout(
-        reg_bases=own + [[8, 0]],
-        lane_bases=[[0, per], [0, 2 * per], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]],
-        block_bases=[],
-        shape=[64, 8 * element_bytes],
-    )
-
-
 _BASE = gl.constexpr(f"mov.b32 $0, {_RING};")
 
 
@@ -223,7 +195,7 @@ def wait(NTH: gl.constexpr, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _slot_address(t, b, BYTES: gl.constexpr, SWIZZLED: gl.constexpr):
+def slot_address(t, b, BYTES: gl.constexpr, SWIZZLED: gl.constexpr):
     """[len(t), len(b)] shared addresses, within slot 0 of the ring, of byte ``b`` of token
     ``t``'s row (128 elements of BYTES bytes): as a 1D copy lays the half-block, row after
     row; SWIZZLED, as tensor copies lay it — byte b in box b // 128 (a box is 64 rows of 128
@@ -249,7 +221,7 @@ def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: 
     else as ``issue`` does. Not pure: the loads stay after the ``wait``."""
     BYTES: gl.constexpr = 1 if IS_FP8 else 2
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    at = _slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), d * BYTES, BYTES, SWIZZLED)
+    at = slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), d * BYTES, BYTES, SWIZZLED)
     if IS_FP8:
         raw = gl.inline_asm_elementwise(
             _read_asm(NTH % STAGES, 1), _read_constraints(16), [at], dtype=gl.uint8, is_pure=False, pack=16
@@ -259,21 +231,3 @@ def read(NTH: gl.constexpr, STAGES: gl.constexpr, layout: gl.constexpr, IS_FP8: 
             _read_asm(NTH % STAGES, 2), _read_constraints(8), [at], dtype=gl.int16, is_pure=False, pack=8
         )
     return raw
-
-
-@gluon.jit
-def read_folded(NTH: gl.constexpr, STAGES: gl.constexpr, IS_FP8: gl.constexpr, SWIZZLED: gl.constexpr, fold):
-    """``read``'s loads, each 16-byte run folded to one int32 in PTX (``runs_layout``): the
-    bench's probe of the ring alone (``run_block_scorer(..., loads_only=True)``), which keeps
-    every load live at one register a run instead of the run's 16 elements. Each run is
-    xored into ``fold`` (int32, ``runs_layout``: the runs folded so far) inside the same
-    asm: folded outside it, the compiler regrouped the chain of xors into a tree over the
-    program's half-blocks and held each one's words to the end (at BF16 N 8, more
-    registers than the scorer it probes)."""
-    BYTES: gl.constexpr = 1 if IS_FP8 else 2
-    layout: gl.constexpr = runs_layout(BYTES)
-    r = gl.arange(0, 8 * BYTES, layout=gl.SliceLayout(0, layout))
-    at = _slot_address(gl.arange(0, 64, layout=gl.SliceLayout(1, layout)), r * 16, BYTES, SWIZZLED)
-    return gl.inline_asm_elementwise(
-        _fold_asm(NTH % STAGES, BYTES), "=r,r,r", [at, fold], dtype=gl.int32, is_pure=False, pack=1
-    )

@@ -38,9 +38,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_wait
-from triton.runtime.jit import constexpr_function
 
-from indexer_constants import HEAD_DIM, PAGE
+from indexer_constants import PAGE
 
 from ...kernels import page_ring
 from ...kernels.column_order import load_q_rows, logical_columns, store_q_tile
@@ -48,132 +47,13 @@ from ...kernels.guards import BAD_BLOCK, ERR_INPUT
 from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 from ...kernels.rules import query_position, read_blocks
 from . import block_ring
+from .loads import RAW_LAYOUT, column_blocks, copy_half, issue_half, refill
 from .scorer_dot import is_nan_element, to_operand  # arithmetic only: Gluon calls them as Triton does
 
 _PAGE = gl.constexpr(PAGE)
-_DIM = gl.constexpr(HEAD_DIM)
 _ERR_INPUT = gl.constexpr(ERR_INPUT)
 _BAD_BLOCK = gl.constexpr(BAD_BLOCK)
 _NONE = gl.constexpr(2**31 - 1)
-
-# A 64-token half-block's raw elements [64 tokens, 128 physical dimensions]: lane (gid, tig)
-# of warp w holds tokens 16 w + gid and 16 w + gid + 8, dimensions [32 tig, 32 tig + 32) in
-# its registers in order (so each thread's reads are 16 bytes wide).
-_RAW_LAYOUT = gl.constexpr(
-    gl.DistributedLinearLayout(
-        reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
-        lane_bases=[[0, 32], [0, 64], [1, 0], [2, 0], [4, 0]],
-        warp_bases=[[16, 0], [32, 0]],
-        block_bases=[],
-        shape=[64, 128],
-    )
-)
-
-
-@constexpr_function
-def _ids_layout(pad):
-    """The program's block ids [pad], every thread holding all of them (lanes and warps
-    repeat): picking column n's id is then a register, no load in the loop."""
-    return gl.DistributedLinearLayout(
-        reg_bases=[[1 << i] for i in range(pad.bit_length() - 1)],
-        lane_bases=[[0]] * 5,
-        warp_bases=[[0]] * 2,
-        block_bases=[],
-        shape=[pad],
-    )
-
-
-@gluon.jit
-def _copy_half(ring, n: gl.constexpr, STAGES: gl.constexpr, k_ptr, blocks):
-    """The other feed (BULK off): start copying the program's half-block n into ring slot
-    n % STAGES of a dynamic shared-memory ring, each thread the bytes it will read back
-    (_RAW_LAYOUT) by 16-byte ``cp.async`` copies."""
-    t = gl.arange(0, 64, layout=gl.SliceLayout(1, _RAW_LAYOUT))
-    d = gl.arange(0, 128, layout=gl.SliceLayout(0, _RAW_LAYOUT))
-    page = _half_block(k_ptr, blocks, n)
-    async_copy.async_copy_global_to_shared(ring.index(n % STAGES), page + t[:, None] * _DIM + d[None, :])
-
-
-@gluon.jit
-def _column_block(blocks, n: gl.constexpr):
-    """The block of the program's half-block n: ``blocks[n // 2]`` (a register pick)."""
-    cols = gl.arange(0, blocks.shape[0], layout=blocks.type.layout)
-    return gl.sum(gl.where(cols == n // 2, blocks, 0), axis=0)
-
-
-@gluon.jit
-def _half_block(k_ptr, blocks, n: gl.constexpr):
-    """The first element of the program's half-block n: tokens [64 (n % 2), + 64) of its
-    column n // 2."""
-    return k_ptr + _column_block(blocks, n).to(gl.int64) * (_PAGE * _DIM) + (n % 2) * (64 * _DIM)
-
-
-@gluon.jit
-def _half_row(blocks, n: gl.constexpr):
-    """The same half-block's first row in the cache seen as [N * 128, 128] (a tensor map's
-    rows; an int32, as the copy's coordinate: ``tensor_map.MAX_BLOCKS``)."""
-    return _column_block(blocks, n) * _PAGE + (n % 2) * 64
-
-
-@gluon.jit
-def _issue_half(
-    k_ptr, desc_ptr, blocks, n: gl.constexpr, STAGES: gl.constexpr, BYTES: gl.constexpr, TENSOR: gl.constexpr
-):
-    """The bulk ring's copy of the program's half-block n: a tensor copy through the map
-    at ``desc_ptr`` (TENSOR), else a 1D copy from the cache at ``k_ptr``."""
-    if TENSOR:
-        block_ring.issue_tensor(desc_ptr, _half_row(blocks, n), n, STAGES, BYTES)
-    else:
-        block_ring.issue(_half_block(k_ptr, blocks, n), n, STAGES, BYTES)
-
-
-@gluon.jit
-def _refill(
-    k_ptr,
-    desc_ptr,
-    blocks,
-    k: gl.constexpr,
-    STAGES: gl.constexpr,
-    BYTES: gl.constexpr,
-    TENSOR: gl.constexpr,
-    HALVES: gl.constexpr,
-    BEFORE_WAIT: gl.constexpr,
-):
-    """The bulk ring's copy at step k, called before half-block k's wait and after its read
-    (BEFORE_WAIT says which): half k + STAGES - 1 (where the program's HALVES have one) into
-    the slot half k - 1 used, after a barrier (every thread has read that slot). It goes out
-    at one of the two calls. Two slots: before the wait — else a program waiting on k has
-    nothing else in flight — and at k = 0 without the barrier (the slot is fresh). From
-    three slots: after the read, as the early order measured level or slower there
-    (bench/PERF.md)."""
-    if BEFORE_WAIT == (STAGES == 2) and k + STAGES - 1 < HALVES:
-        if k > 0 or not BEFORE_WAIT:
-            gl.thread_barrier()
-        _issue_half(k_ptr, desc_ptr, blocks, k + STAGES - 1, STAGES, BYTES, TENSOR)
-
-
-@gluon.jit
-def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
-    """LOADS_ONLY: take the dynamic shared memory the scoring path's q tile and maxima
-    take (``fast.msa.scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler
-    lets share), so that the probe shares an SM with as many programs as the scorer's
-    shared memory allows (the scorer's own count but where its registers bound it lower).
-    Returns 0, read back from every buffer: unread, the compiler drops them."""
-    smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
-    regs: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
-    TILE: gl.constexpr = ROWS * 64
-    MAXIMA: gl.constexpr = PAD * PARTS * ROWS
-    tile: gl.constexpr = [ROWS, 64]  # int32 words of q's 16-bit [ROWS, 128] tile
-    maxima: gl.constexpr = [PAD * PARTS, ROWS]
-    if ROWS != 8:  # both live at once, as in the scorer (wgmma reads q's tile at every block)
-        a = gl.allocate_shared_memory(gl.int32, tile, smem, gl.zeros(tile, gl.int32, regs))
-        b = gl.allocate_shared_memory(gl.int32, maxima, smem, gl.zeros(maxima, gl.int32, regs))
-        held = gl.max(gl.max(a.load(regs), axis=1), axis=0) + gl.max(gl.max(b.load(regs), axis=1), axis=0)
-    else:
-        larger: gl.constexpr = tile if TILE >= MAXIMA else maxima
-        a = gl.allocate_shared_memory(gl.int32, larger, smem, gl.zeros(larger, gl.int32, regs))
-        held = gl.max(gl.max(a.load(regs), axis=1), axis=0)
-    return held
 
 
 @gluon.jit
@@ -225,7 +105,6 @@ def msa_score_kernel_mma(
     STAGES: gl.constexpr,  # half-blocks in the ring (2 .. 2 PPP + 1): STAGES - 1 in flight
     BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
     TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
-    LOADS_ONLY: gl.constexpr = False,  # BULK: the bench's probe, the ring alone (block_ring.read_folded)
     E4M3_MMA: gl.constexpr = False,  # IS_FP8: the E4M3-MMA route (DESIGN §4.1), wgmma k32 at every N
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
@@ -262,13 +141,7 @@ def msa_score_kernel_mma(
     if first * stride + offset < computed:
         bt_row = bt_ptr + b.to(gl.int64) * stride_bt
         PAD: gl.constexpr = pad_pow2(PPP)
-        # the block each column copies, loaded once: a column not computed, or whose id is
-        # outside [0, N), copies block 0 (valid memory; its scores are never stored, or
-        # stored as NaN)
-        cols = gl.arange(0, PAD, layout=_ids_layout(PAD))
-        readable = (first + cols < width) & ((first + cols) * stride + offset < computed) & (cols < PPP)
-        ids = gl.load(bt_row + first + cols, mask=readable, other=0)
-        blocks = gl.where(readable & (ids >= 0) & (ids < num_blocks), ids, 0)
+        blocks = column_blocks(bt_row, first, width, stride, offset, computed, num_blocks, PPP, PAD)
         # the first half-blocks go out before q is gathered
         BYTES: gl.constexpr = k_ptr.dtype.element_ty.primitive_bitwidth // 8
         if BULK:
@@ -276,28 +149,14 @@ def msa_score_kernel_mma(
             gl.thread_barrier()  # the ring's mbarriers initialised for every thread
             late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
             for n in gl.static_range(STAGES - 1):  # STAGES - 1 <= 2 PPP
-                _issue_half(k_ptr, desc_ptr, blocks, n, STAGES, BYTES, TENSOR)
+                issue_half(k_ptr, desc_ptr, blocks, n, STAGES, BYTES, TENSOR)
         else:
             ring = gl.allocate_shared_memory(
                 k_ptr.dtype.element_ty, [STAGES, 64, 128], gl.SwizzledSharedLayout(16 // BYTES, 1, 8, [1, 0])
             )
             for n in gl.static_range(STAGES - 1):
-                _copy_half(ring, n, STAGES, k_ptr, blocks)
+                copy_half(ring, n, STAGES, k_ptr, blocks)
                 async_copy.commit_group()
-        if LOADS_ONLY:  # the ring's copies, waits and read-back, nothing else
-            held = _hold_dynamic(PAD, PARTS, ROWS)
-            fold = gl.zeros([64, 8 * BYTES], gl.int32, layout=block_ring.runs_layout(BYTES))
-            for k in gl.static_range(2 * PPP):  # the scorer's order of copies, waits and reads
-                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
-                late = late | block_ring.wait(k, STAGES)
-                fold = block_ring.read_folded(k, STAGES, IS_FP8, TENSOR, fold)
-                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
-            page_ring.report(late, err_ptr)
-            # a store the compiler cannot drop, and no real width makes
-            gl.store(
-                out_ptr + gl.zeros_like(fold).to(gl.int64), fold.to(gl.float32), mask=fold == width - 0x5EED5EED + held
-            )
-            return
         # q in logical column order, its rows loaded whole (column_order.py). A row holding
         # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
         # NaN) and are stored as NaN either way, so its elements go in as they are.
@@ -310,23 +169,23 @@ def msa_score_kernel_mma(
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
         # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
-        # into the slot of half k - 1 as k is read (bulk: ``_refill``, before k's wait in a
+        # into the slot of half k - 1 as k is read (bulk: ``refill``, before k's wait in a
         # ring of two slots). cp.async: every step commits a group,
         # empty past the program's last half, so "STAGES - 2 groups pending" always means
         # half k has landed.
         for k in gl.static_range(2 * PPP):
             if BULK:
-                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
+                refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
                 late = late | block_ring.wait(k, STAGES)
-                raw = block_ring.read(k, STAGES, _RAW_LAYOUT, IS_FP8, TENSOR)
-                _refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
+                raw = block_ring.read(k, STAGES, RAW_LAYOUT, IS_FP8, TENSOR)
+                refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, False)
             else:
                 async_copy.wait_group(STAGES - 2)
-                raw = ring.index(k % STAGES).load(_RAW_LAYOUT)
+                raw = ring.index(k % STAGES).load(RAW_LAYOUT)
                 # a compile-time test: kept inline, as a name assigned in the loop would be a
                 # run-time value, and a cp.async under a run-time branch fails Triton's lowering
                 if k + STAGES - 1 < 2 * PPP:
-                    _copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
+                    copy_half(ring, k + STAGES - 1, STAGES, k_ptr, blocks)
                 async_copy.commit_group()
             # its MMA; the token mask where some scored row sees only part of the block
             g = (first + k // 2) * stride + offset

@@ -1,0 +1,172 @@
+"""The wgmma scorer's timing probes, which the bench passes in (``variants.variant_launch``):
+never a decode, never in ``fast``.
+
+- ``signless_groups`` (GROUP_DECODE): the exact decode without its sign step (the two
+  sign-replicate ``prmt`` and two ``lop3`` of each 8 codes, a third of the decode's ALU
+  work), so its scores are those of |k|: what a decode 4 ALU instructions cheaper per 8
+  codes would give the scorer.
+- ``moves_groups`` (GROUP_DECODE): no decode. The group's 16 fp16 are the code word's four
+  16-bit halves, each four times, the first two XORed with the table entry's low word — one
+  ``lop3`` a group, which keeps the scale bytes and their entries loaded as the decode has
+  them: what a free decode would reach, the most any decode leaves the scorer.
+- ``every_id`` (IN_CACHE): no block-id guard, to price it.
+- ``score_kernel_loads``: the register-fed kernel's memory side alone — its loads, the q
+  tile, each block's table entries gathered through L1 — folded into one store no GPU makes.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+from fast.kernels.column_order import load_q_rows, logical_columns, store_q_tile
+from fast.kernels.dequant_prmt import LOOKUP_STEP, TABLE_FROM_ENTRY, WIDEN_STEP, group_asm
+from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, load_nth_block
+from fast.kernels.rules import read_pages
+
+# The sign step's place in the signless probe: the magnitudes as they are.
+_NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
+_SIGNLESS_ASM = gl.constexpr(group_asm(TABLE_FROM_ENTRY, LOOKUP_STEP + _NO_SIGN_STEP + WIDEN_STEP, 8))
+# Output 4 i + j is the code word's 16-bit half j, but outputs 0 and 1 are the halves of
+# (low word ^ the table entry's low word).
+_MOVES_ASM = gl.constexpr(
+    "{\n.reg .b32 wlo, whi, tlo, thi, x;\nmov.b64 {wlo, whi}, $16;\nmov.b64 {tlo, thi}, $17;\n"
+    "xor.b32 x, wlo, tlo;\nmov.b32 {$0, $1}, x;\nmov.b32 {$2, $3}, whi;\n"
+    + "".join(f"mov.b32 {{${k}, ${k + 1}}}, wlo;\nmov.b32 {{${k + 2}, ${k + 3}}}, whi;\n" for k in (4, 8, 12))
+    + "}\n"
+)
+_F16_OUTPUTS = gl.constexpr("=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l")
+
+
+@gluon.jit
+def signless_groups(codes, tables):
+    """``decode_groups`` without the sign step: 16 fp16 [64, 8] of |k|."""
+    return gl.inline_asm_elementwise(
+        _SIGNLESS_ASM, _F16_OUTPUTS, [codes, tables], dtype=(gl.float16,) * 16, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def moves_groups(codes, tables):
+    """No decode: 16 fp16 [64, 8] of the code words' 16-bit halves (the module's docstring)."""
+    return gl.inline_asm_elementwise(
+        _MOVES_ASM, _F16_OUTPUTS, [codes, tables], dtype=(gl.float16,) * 16, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def every_id(page, num_blocks):
+    """No block-id guard: every id passes."""
+    return True
+
+
+@gluon.jit
+def _loads(
+    k_ptr,
+    k64_ptr,
+    tab_ptr,
+    tab_stride,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    i,
+    h: gl.constexpr,
+    c0,
+    s0,
+    c1,
+    s1,
+    fold,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    DEPTH: gl.constexpr,
+):
+    """The scorer's ``_block`` without its scoring: the block DEPTH ahead loaded, (c0, s0)
+    and its table entries folded into ``fold``, the pipeline advanced."""
+    cn, sn = load_nth_block(
+        k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, in_cache
+    )
+    fold = fold ^ c0 ^ entries(s0, tab_ptr, tab_stride, 0)
+    c0, s0, c1, s1 = advance(c0, s0, c1, s1, cn, sn, DEPTH)
+    return c0, s0, c1, s1, fold
+
+
+@gluon.jit
+def score_kernel_loads(
+    q_ptr,
+    q_sel_ptr,
+    q_set_stride,
+    k_ptr,
+    k64_ptr,
+    tab_ptr,
+    tab_stride,
+    bt_ptr,
+    lens_ptr,
+    out_ptr,
+    err_ptr,
+    num_blocks,
+    W,
+    stride_bt,
+    stride_ob,
+    stride_or,
+    HS: gl.constexpr,
+    SLOT0: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    DEPTH: gl.constexpr,
+    PDL: gl.constexpr,
+    PREFETCH: gl.constexpr,
+    RELEASE: gl.constexpr,
+    PARTS: gl.constexpr,
+    RECORD: gl.constexpr,
+):
+    """``score_kernel_wgmma``'s operands and grid, fed from registers (RING 0, TABLES 0):
+    the same loads in the same loop, no decode, no MMA, ``out`` untouched."""
+    if ROWS == 8:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])
+    else:
+        mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16])
+    b = gl.program_id(0)
+    first = gl.program_id(1) * PPP
+    if PDL:
+        if not PREFETCH:
+            gdc_wait()
+        if RELEASE:
+            gdc_launch_dependents()
+    length = gl.load(lens_ptr + b)
+    n = read_pages(length, W)
+    if first < n:
+        bt_row = bt_ptr + b.to(gl.int64) * stride_bt
+        c0, s0 = load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 0, PPP * 2, ROWS != 8, in_cache)
+        if DEPTH == 2:
+            c1, s1 = load_nth_block(k_ptr, k64_ptr, bt_row, first, n, num_blocks, 1, PPP * 2, ROWS != 8, in_cache)
+        else:
+            c1, s1 = c0, s0
+        if PDL:
+            if PREFETCH:
+                gdc_wait()
+        # the q tile, loaded and stored as the scorer does (its loads and its shared memory)
+        q8 = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS).to(gl.float8e4nv, bitcast=True)
+        store_q_tile(logical_columns(q8.to(gl.float16), 2), mma, ROWS == 8)
+        fold = gl.zeros([64, 8], gl.int64, layout=GROUP_LAYOUT)
+        if ROWS == 8:  # unrolled, as the scorer is there
+            for i in gl.static_range(PPP):
+                for h in gl.static_range(2):
+                    c0, s0, c1, s1, fold = _loads(
+                        k_ptr, k64_ptr, tab_ptr, tab_stride, bt_row, first, n, num_blocks, i, h, c0, s0, c1, s1, fold,
+                        ROWS, PPP, DEPTH,
+                    )  # fmt: skip
+        else:
+            for i in range(PPP):
+                for h in gl.static_range(2):
+                    c0, s0, c1, s1, fold = _loads(
+                        k_ptr, k64_ptr, tab_ptr, tab_stride, bt_row, first, n, num_blocks, i, h, c0, s0, c1, s1, fold,
+                        ROWS, PPP, DEPTH,
+                    )  # fmt: skip
+        # a store the compiler cannot drop, and no GPU makes
+        gl.store(
+            out_ptr + gl.zeros([64, 8], gl.int64, layout=GROUP_LAYOUT),
+            fold.to(gl.float32),
+            mask=fold == 0x5EED5EED5EED,
+        )
