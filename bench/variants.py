@@ -110,6 +110,8 @@ def variant_launch(
         raise ValueError(f"decode: {decode!r} (one of {DECODES})")
     if decode != "exact" and kernel != "wgmma":
         raise ValueError(f"decode: {decode!r} is the wgmma kernel's probe, not {kernel!r}'s")
+    if not guard and loads_only:
+        raise ValueError("guard: the loads_only probe's kernel keeps the scorer's loads, guard included")
     if decode != "exact" and loads_only:
         raise ValueError(f"decode: {decode!r} probes the decode, which loads_only leaves out")
     if pages_per_program is not None and not (isinstance(pages_per_program, int) and pages_per_program >= 1):

@@ -434,6 +434,7 @@ FAST_SCORER = [
     Row("variant-signless-on-table", _variant(decode="signless", kernel="table"), ValueError, "decode"),
     Row("variant-no-decode-on-table", _variant(decode="none", kernel="table"), ValueError, "decode"),
     Row("variant-probe-loads-only", _variant(decode="signless", loads_only=True, kernel="wgmma"), ValueError, "decode"),
+    Row("variant-unguarded-loads-only", _variant(guard=False, loads_only=True, kernel="wgmma"), ValueError, "guard"),
     Row("variant-decode-unknown", _variant(decode="fast", kernel="wgmma"), ValueError, "decode"),
     Row("variant-ring-5", _variant(ring=5, kernel="wgmma"), ValueError, "ring"),
     Row("variant-ring-float", _variant(ring=2.0, kernel="wgmma"), ValueError, "ring"),
