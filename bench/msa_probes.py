@@ -15,9 +15,9 @@ from triton.runtime.jit import constexpr_function
 
 from fast.kernels import page_ring
 from fast.kernels.page_maxima import pad_pow2
-from fast.kernels.rules import read_blocks
 from fast.msa.kernels import block_ring
 from fast.msa.kernels.loads import column_blocks, issue_half, refill
+from fast.msa.kernels.rules import read_blocks
 
 
 @gluon.jit

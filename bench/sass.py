@@ -46,7 +46,7 @@ from fast.kernels.stock import q_to_tile_kernel, stock_topk_kernel
 from fast.msa.kernels.cp import msa_compact_table_kernel, msa_merged_output, msa_push_kernel
 from fast.msa.kernels.scorer_dot import msa_score_kernel
 from fast.msa.kernels.scorer_mma import msa_score_kernel_mma
-from fast.msa.kernels.select import msa_bounds_kernel, msa_stock_select_kernel
+from fast.msa.kernels.stock import msa_bounds_kernel, msa_stock_select_kernel
 from fast.msa.scorer import mma_constants, mma_partials
 from fast.scorer import (
     WGMMA_DEPTH,

@@ -26,7 +26,7 @@ def stock_row_stride(width: int) -> int:
     """Floats between the rows of a stock score buffer of ``width`` columns: ``width``
     rounded up to a multiple of 16. Why: the launcher then passes a stride divisible by 16,
     so every row starts 64-byte aligned, and a select that reads a whole row (the MSA one,
-    ``msa.kernels.select``) loads it 16 bytes at a time up to the next multiple of 16
+    ``msa.kernels.stock``) loads it 16 bytes at a time up to the next multiple of 16
     columns; at any other stride Triton can prove no alignment and loads a column a thread.
     The columns past ``width`` are never written and no select ranks them."""
     return -(-width // 16) * 16

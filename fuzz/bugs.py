@@ -153,7 +153,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "reference refuses padding",
-        "reference/validate.py",
+        "reference/inputs.py",
         "    invalid = (sl < query_len) & (sl != 0)\n",
         "    invalid = sl < query_len\n",
         REFERENCE_TESTS + ("tests/test_guards.py",),
@@ -161,7 +161,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "reference checks one column too many",
-        "reference/validate.py",
+        "reference/inputs.py",
         "    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(min=0)  # pages before the own one\n",
         "    read = ((sl.to(torch.int64) - 1) // PAGE).clamp(min=0) + 1\n",
         REFERENCE_TESTS + ("tests/test_guards.py",),
@@ -177,7 +177,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "reference takes NaN query bytes",
-        "reference/validate.py",
+        "reference/inputs.py",
         "    if bool(((qb & 0x7F) == 0x7F).any()):\n",
         "    if False:\n",
         ("tests/test_bad_inputs.py",),
@@ -463,7 +463,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     # The BF16 / FP8 format (docs/DESIGN.md §10): its scorer, its guards and its select.
     Bug(
         "msa scorer skips the query's own block",
-        "fast/kernels/rules.py",
+        "fast/msa/kernels/rules.py",
         "    return tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, width)\n",
         "    return tl.minimum(tl.maximum(length, 0) // _PAGE, width)\n",
         MSA_TESTS,
@@ -479,7 +479,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "msa guards judge the ids before the own block only",
-        "fast/kernels/rules.py",
+        "fast/msa/kernels/rules.py",
         "    return tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, width)\n",
         "    return tl.minimum((tl.maximum(length, 1) - 1) // _PAGE, width)\n",
         MSA_TESTS,
@@ -487,7 +487,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "msa select keeps one candidate too many",
-        "fast/msa/kernels/select.py",
+        "fast/msa/kernels/stock.py",
         "    m = _TOPK - init - local\n",
         "    m = _TOPK - init - local + 1\n",
         MSA_TESTS,
@@ -610,7 +610,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     # The error record's fields, per entry point that records (both formats).
     Bug(
         "msa stock select records the row for the request",
-        "fast/msa/kernels/select.py",
+        "fast/msa/kernels/stock.py",
         "                record_input(err_ptr, verdict, b, column, value)\n",
         "                record_input(err_ptr, verdict, t, column, value)\n",
         ("tests/test_guards.py -k msa_decodes", *MSA_TESTS),
@@ -659,7 +659,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
     ),
     Bug(
         "reference decode takes a table with more rows than lengths",
-        "reference/validate.py",
+        "reference/inputs.py",
         "    if bt.shape[0] != batch:\n",
         "    if bt.shape[0] < batch:\n",
         ("tests/test_argument_pairs.py",),
@@ -721,7 +721,7 @@ BUGS = [_from_mutant(m) for m in MUTANTS] + [
 ]
 
 # The bugs CI rotates through (``--rotate``): each one was killed by a single-process test
-# within 15 s in the last full campaign (docs/CAMPAIGN.md: 52 of its 72), so a day's pair
+# within 15 s in the last full campaign (docs/CAMPAIGN-RESULTS.md: 52 of its 72), so a day's pair
 # costs CI well under a minute.
 CI_POOL = (
     "tie order by rank, not page",

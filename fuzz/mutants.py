@@ -135,7 +135,7 @@ MUTANTS = [
     Mutant(
         "msa stock candidates overlap the local window",
         "msa-kernels",
-        "fast.msa.kernels.select",
+        "fast.msa.kernels.stock",
         "    hi = tl.minimum(n - local, P)\n",
         "    hi = tl.minimum(n - local + 1, P)\n",
     ),

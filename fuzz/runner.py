@@ -184,8 +184,8 @@ def _checked(cfg):
     from; a case that builds and passes the reference's input checks), else ValueError
     naming the field: a replay's bad value is one error line, not a traceback."""
     from indexer_constants import MMA_ROUTES, SUPPORTED_CP, SUPPORTED_HEADS
+    from reference.inputs import check_decode_inputs
     from reference.msa.inputs import check_msa_inputs
-    from reference.validate import check_decode_inputs
 
     from .strategies import KEY_FORMATS
 

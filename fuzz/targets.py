@@ -21,9 +21,9 @@ from indexer_constants import MMA_ROUTES, PAGE
 from reference import cp as ref_cp
 from reference.cases import EXACT_PATTERNS, PATTERNS
 from reference.decode import full_scores
+from reference.inputs import check_decode_inputs
 from reference.rules import own_pages
 from reference.selection import stock_keys
-from reference.validate import check_decode_inputs
 
 from .strategies import MSA_EXACT, DecodeConfig, decode_configs, msa_configs
 
@@ -82,7 +82,7 @@ def check_msa_reference(cfg: DecodeConfig, ctx: Context) -> None:
     """MSA format: the CP simulation equals the oracle, and the oracle's rows keep §10.3's
     shape: the forced blocks present, ids distinct, ascending, below n, -1 only at the end."""
     from reference import msa
-    from reference.msa.inputs import causal_blocks
+    from reference.msa.rules import causal_blocks
 
     _steer(cfg)
     case = cfg.build()
@@ -127,7 +127,8 @@ def check_msa_kernels(cfg: DecodeConfig, ctx: Context) -> None:
     from reference import msa
     from reference.msa.cases import EXACT_PATTERNS as MSA_EXACT
     from reference.msa.decode import full_scores
-    from reference.msa.inputs import causal_blocks, check_msa_inputs
+    from reference.msa.inputs import check_msa_inputs
+    from reference.msa.rules import causal_blocks
     from reference.msa.selection import select as msa_select
 
     _steer(cfg)

@@ -9,21 +9,19 @@ from pathlib import Path
 
 import torch
 
-from indexer_constants import MAX_PAGES, MAX_QUERY_LEN, PAGE, RANKED, SUPPORTED_CP, SUPPORTED_HEADS, TOPK
+from indexer_constants import MAX_QUERY_LEN, PAGE, SUPPORTED_CP, SUPPORTED_HEADS
 
 from . import msa
-from .arguments import check_row_head
 from .cases import PATTERNS, Case, make_case, read_case_file, seq_len_for
-from .cp import cp_decode, rank_cut
+from .cp import cp_decode
 from .decode import full_decode, stock_decode
+from .explain import explain
+from .inputs import check_decode_inputs, check_int
 from .msa.cases import DTYPES as MSA_DTYPES
 from .msa.cases import PATTERNS as MSA_PATTERNS
 from .msa.cases import WINDOW_FIELDS
 from .msa.explain import explain as explain_msa
 from .msa.inputs import check_msa_inputs
-from .rules import long_rows
-from .selection import describe_keys
-from .validate import check_decode_inputs, check_int
 
 PATHS = {"full": full_decode, "stock": stock_decode, "cp": cp_decode}
 # The decode commands' output file (reference's and fast's), as their --help says it.
@@ -78,49 +76,6 @@ def _decode(args) -> int:
     torch.save({"out": out}, args.out)
     print(summary("reference", args.path, args.cp, case, out, args.out, time.monotonic() - start))
     return 0
-
-
-def explain(case: Case, row: int, head: int, cp: int, file=None) -> bool:
-    """Print what one (row, head) saw on every simulated rank; return True if CP == full."""
-    file = file or sys.stdout
-    check_row_head(case.index_q, row, head)
-    rows, heads = case.index_q.shape[:2]
-    out, trace = cp_decode(*case.args(), cp=cp, trace=True)
-    full = full_decode(*case.args())
-    q = case.query_len
-    b, i = divmod(row, q)
-    own = int(trace.own[row])
-    p = min(case.block_table.shape[1], MAX_PAGES)
-    print(
-        f"case {case.name}: {rows} rows x {heads} heads, query_len {q}, P = {p} pages, CP = {cp}, W = {trace.width}",
-        file=file,
-    )
-    print(f"row {row} = request {b} query {i}: seq_len {int(case.seq_lens[b])}, own page {own}", file=file)
-    if not bool(long_rows(torch.tensor(own))):
-        print(f"short row (own + 1 <= {TOPK}): no scoring, output [0..{own}, -1...]", file=file)
-    else:
-        print(f"long row: ranks pages j < min(own, P) = {min(own, p)}, own page in slot {RANKED}", file=file)
-        for rt in trace.ranks:
-            n_local = int(rt.n_local[b])
-            n_rank = int(rank_cut(trace.own[row], rt.n_local[b], cp, rt.rank))
-            print(
-                f"  rank {rt.rank} (owns heads {list(rt.heads)}): scores pages {rt.rank}, {rt.rank + cp}, ... ; "
-                f"scored {n_local} (score length {int(rt.score_lens[b])}), {n_rank} below own",
-                file=file,
-            )
-            print(f"    local top-16: {describe_keys(rt.local_keys[row, head])}", file=file)
-    owners = trace.layout.owners_of(head)
-    for o in owners:
-        rt = trace.ranks[o]
-        k = head - trace.layout.heads_of(o).start
-        if bool(long_rows(torch.tensor(own))):
-            merged = torch.sort(rt.received[:, row, k].reshape(-1), descending=True).values[:RANKED]
-            print(f"  owner rank {o}: best {RANKED} of {cp * TOPK} candidates: {describe_keys(merged)}", file=file)
-        print(f"  owner rank {o} output: {rt.merged[row, k].tolist()}", file=file)
-    ok = torch.equal(out[row, head], full[row, head])
-    print(f"full_decode:          {full[row, head].tolist()}", file=file)
-    print("CP == full" if ok else "CP != full: MISMATCH", file=file)
-    return ok
 
 
 def _explain(args) -> int:

@@ -18,10 +18,10 @@ from indexer_constants import HEAD_DIM, PAGE, PENDING, RANKED, SLOTS, TOPK
 
 from .arguments import check_mma
 from .decode import UNWRITTEN_Q, query_rows
+from .inputs import DecodeInputs, check_cp, check_decode_inputs, check_int
 from .rules import long_requests, long_rows, own_pages, read_pages
 from .scores import score_pages
 from .selection import assemble_rows, exact_keys, keys_to_pages, keys_to_scores, top_keys, two_level_top16
-from .validate import DecodeInputs, check_cp, check_decode_inputs, check_int
 
 _I64 = torch.int64
 

@@ -7,10 +7,10 @@ import torch
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
 from .arguments import check_mma
+from .inputs import DecodeInputs, check_decode_inputs
 from .rules import own_pages
 from .scores import score_pages
 from .selection import select
-from .validate import DecodeInputs, check_decode_inputs
 
 UNWRITTEN_Q = 0xFF  # an E4M3 NaN byte: "this tile slot holds no query yet"
 

@@ -1,4 +1,5 @@
-"""Input checks shared by every entry point: a clear exception naming the argument."""
+"""The NVFP4 format's input checks, shared by every entry point (the MSA format's twin:
+``reference.msa.inputs``): a clear exception naming the argument."""
 
 from __future__ import annotations
 

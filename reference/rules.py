@@ -25,12 +25,6 @@ def read_pages(lens: torch.Tensor, width: int) -> torch.Tensor:
     return ((lens.to(_I64) - 1) // PAGE).clamp(0, width)
 
 
-def read_blocks(lens: torch.Tensor, width: int) -> torch.Tensor:
-    """BF16 / FP8 keys (§10.1): the blocks a request reads, its whole causal range:
-    ``min(ceil(len / 128), width)``, 0 for ``len < 1``. lens: int ``[B]``; returns int64."""
-    return (-(-lens.to(_I64) // PAGE)).clamp(0, width)
-
-
 def own_pages(seq_lens: torch.Tensor, query_len: int) -> torch.Tensor:
     """``own_page`` of every row of a step: ``(seq_len - query_len + i) // 128`` for row
     ``b * query_len + i``. seq_lens: int ``[B]``. Returns int64 ``[B * query_len]``."""

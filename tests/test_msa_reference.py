@@ -11,7 +11,8 @@ from reference import msa
 from reference.cases import seq_len_for
 from reference.msa.cases import DTYPES, EXACT_PATTERNS
 from reference.msa.decode import full_scores, query_tile
-from reference.msa.inputs import causal_blocks, check_msa_inputs
+from reference.msa.inputs import check_msa_inputs
+from reference.msa.rules import causal_blocks
 
 POISON = 1e30
 

@@ -14,7 +14,7 @@ from fuzz.strategies import msa_configs
 from indexer_constants import PAGE, SLOTS
 from reference import msa
 from reference.cases import seq_len_for
-from reference.msa.inputs import causal_blocks
+from reference.msa.rules import causal_blocks
 from reference.msa.selection import select
 from support import DEV, POISON, on
 

@@ -13,9 +13,9 @@ import torch
 from fast import checks, layout, tables
 from indexer_constants import SUPPORTED_CP, SUPPORTED_HEADS
 from reference import cp as ref_cp
+from reference import inputs as ref_inputs
 from reference import nvfp4 as ref_nvfp4
 from reference import scores as ref_scores
-from reference import validate as ref_validate
 from reference.cases import make_case
 
 
@@ -143,7 +143,7 @@ def _verdict(fn, *args, **kwargs):
 
 @pytest.mark.parametrize("name,value,bounds", _INT_CASES, ids=[f"{n}={v!r}" for n, v, _ in _INT_CASES])
 def test_check_int_matches_reference(name, value, bounds):
-    assert _verdict(checks.check_int, name, value, **bounds) == _verdict(ref_validate.check_int, name, value, **bounds)
+    assert _verdict(checks.check_int, name, value, **bounds) == _verdict(ref_inputs.check_int, name, value, **bounds)
 
 
 _TENSORS = [
@@ -158,7 +158,7 @@ _TENSORS = [
 @pytest.mark.parametrize("x", _TENSORS, ids=["ok", "dims", "dtype", "list", "none"])
 def test_check_tensor_matches_reference(x):
     args = ("block_table", x, torch.int32, 2)
-    assert _verdict(checks.check_tensor, *args) == _verdict(ref_validate.check_tensor, *args)
+    assert _verdict(checks.check_tensor, *args) == _verdict(ref_inputs.check_tensor, *args)
 
 
 @pytest.mark.parametrize(
@@ -196,7 +196,7 @@ def test_fast_checks_reject_what_the_reference_rejects():
             checks.forward_inputs, args["index_q"], args["k_cache"], out, args["query_len"], 1, 4, torch.device("cpu")
         )
         ref = _verdict(
-            ref_validate.check_decode_inputs,
+            ref_inputs.check_decode_inputs,
             args["index_q"],
             args["k_cache"],
             good.block_table,

@@ -45,13 +45,6 @@ def read_pages(length, width):
 
 
 @triton.jit
-def read_blocks(length, width):
-    """BF16 / FP8 keys (DESIGN §10.1): the blocks a request reads, its whole causal range:
-    ``min(ceil(length / 128), width)``, 0 for ``length < 1``."""
-    return tl.minimum((tl.maximum(length, 0) + _PAGE - 1) // _PAGE, width)
-
-
-@triton.jit
 def own_page(length, slot):
     """The causal cut: the page that holds slot ``slot``'s query, ``(length - 8 + slot) //
     128``. Pages below it are ranked; it is the row's own page. For a position >= 0 (the

@@ -10,7 +10,7 @@ from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
 from .. import checks
 from ..stock import StockDecode, StockPlan
-from .kernels.select import msa_bounds_kernel, msa_stock_select_kernel
+from .kernels.stock import msa_bounds_kernel, msa_stock_select_kernel
 from .scorer import KEY_FORMATS, score_blocks
 
 

@@ -13,8 +13,8 @@ from reference import msa
 from reference.cases import Case
 from reference.cli import OUTPUT_HELP, check_out, run_command, summary
 from reference.cli import load_case as read_case
+from reference.inputs import check_decode_inputs
 from reference.msa.inputs import check_msa_inputs
-from reference.validate import check_decode_inputs
 
 from ..backend import gpu_count
 from .demo import run_demo

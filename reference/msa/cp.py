@@ -18,11 +18,12 @@ from indexer_constants import HEAD_DIM, PENDING, SLOTS, TOPK
 
 from ..arguments import check_int
 from ..cp import HeadLayout, check_rearmed, place_merged
+from ..inputs import check_cp
 from ..rules import long_requests, long_rows
 from ..selection import exact_keys, top_keys, two_level_top16
-from ..validate import check_cp
 from .decode import bits_view, query_rows, unwritten, unwritten_tile
-from .inputs import causal_blocks, check_msa_inputs
+from .inputs import check_msa_inputs
+from .rules import causal_blocks
 from .scores import check_msa_mma, score_blocks
 from .selection import assemble, candidates
 

@@ -6,7 +6,8 @@ import torch
 
 from indexer_constants import HEAD_DIM, SLOTS, TOPK
 
-from .inputs import MsaInputs, causal_blocks, check_msa_inputs
+from .inputs import MsaInputs, check_msa_inputs
+from .rules import causal_blocks
 from .scores import check_msa_mma, score_blocks
 from .selection import select
 

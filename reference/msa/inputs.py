@@ -9,8 +9,8 @@ import torch
 from indexer_constants import HEAD_DIM, MAX_PAGES, MAX_QUERY_LEN, PAGE, SUPPORTED_HEADS, TOPK
 
 from ..arguments import check_int, check_tensor
-from ..rules import own_pages
-from ..validate import DecodeInputs, check_requests
+from ..inputs import DecodeInputs, check_requests
+from .rules import causal_blocks  # noqa: F401 (its name here before reference.msa.rules)
 
 # The key dtypes this format takes; the queries come in the cache's dtype.
 KEY_DTYPES = (torch.bfloat16, torch.float8_e4m3fn)
@@ -50,16 +50,6 @@ def check_keys(name: str, x, dtype: torch.dtype | None = None, *, finite: bool =
     if finite and not bool(torch.isfinite(x.float()).all()):
         raise ValueError(f"{name}: holds a NaN or an infinity (every value must be finite)")
     return x
-
-
-def causal_blocks(seq_lens: torch.Tensor, query_len: int) -> torch.Tensor:
-    """Each query's causal block count ``n = (len - q + i) // 128 + 1`` (0 for padding).
-
-    seq_lens: int ``[B]``. Returns int64 ``[B * q]`` in row order ``b * q + i``. A valid
-    length is 0 or >= q, so the position ``len - q + i`` is >= 0 or the request pads.
-    """
-    own = own_pages(seq_lens, query_len)  # the causal cut: the block holding the query
-    return torch.where(own >= 0, own + 1, 0)
 
 
 def check_msa_inputs(index_q, k_cache, block_table, seq_lens, query_len, init_blocks, local_blocks) -> MsaInputs:

@@ -8,8 +8,8 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from ..arguments import check_int, check_mma, check_tensor
 from ..e4m3_mma import e4m3_mma_dot
-from ..rules import read_blocks
 from .inputs import check_keys
+from .rules import read_blocks
 
 # Blocks scored at once: the float64 products of one chunk are [rows, chunk, 128, 128].
 BLOCK_CHUNK = 4

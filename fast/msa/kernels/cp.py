@@ -19,9 +19,10 @@ from indexer_constants import TOPK
 from ...kernels.cp import _push
 from ...kernels.device import pdl_release, pdl_wait, peer_ptr
 from ...kernels.guards import BOUND_WORDS, request_verdict, row_id_bounds
-from ...kernels.rules import is_long_request, is_short_row, own_page, read_blocks, row_query
+from ...kernels.rules import is_long_request, is_short_row, own_page, row_query
 from ...select.levels import push_row_top16
-from .select import msa_output
+from .rules import read_blocks
+from .stock import msa_output
 
 _TOPK = tl.constexpr(TOPK)
 _BOUND_WORDS = tl.constexpr(BOUND_WORDS)

@@ -19,7 +19,8 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 from ...kernels.device import pdl_wait
 from ...kernels.e4m3 import e4m3_bytes_to_f16
 from ...kernels.guards import BAD_BLOCK, record_input
-from ...kernels.rules import query_position, read_blocks
+from ...kernels.rules import query_position
+from .rules import read_blocks
 
 _PAGE = tl.constexpr(PAGE)
 _DIM = tl.constexpr(HEAD_DIM)

@@ -45,9 +45,10 @@ from ...kernels import page_ring
 from ...kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from ...kernels.guards import BAD_BLOCK, ERR_INPUT
 from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
-from ...kernels.rules import query_position, read_blocks
+from ...kernels.rules import query_position
 from . import block_ring
 from .loads import RAW_LAYOUT, column_blocks, copy_half, issue_half, refill
+from .rules import read_blocks
 from .scorer_dot import is_nan_element, to_operand  # arithmetic only: Gluon calls them as Triton does
 
 _PAGE = gl.constexpr(PAGE)

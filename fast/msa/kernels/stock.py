@@ -16,9 +16,10 @@ from indexer_constants import TOPK
 
 from ...kernels.device import pdl_release, pdl_wait
 from ...kernels.guards import record_input, request_verdict, row_id_bounds
-from ...kernels.rules import is_short_row, own_page, read_blocks, row_query, short_row
+from ...kernels.rules import is_short_row, own_page, row_query, short_row
 from ...select.levels import KEY_EXACT, keys_to_pages, row_top16
 from .ascending import best_in_column_order
+from .rules import read_blocks
 
 _TOPK = tl.constexpr(TOPK)
 
