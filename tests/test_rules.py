@@ -307,3 +307,39 @@ def test_runtime_asm_strings_are_the_runtimes():
         for name in names:
             uses = len(re.findall(rf"\b{name}\b", everything))
             assert uses >= 2, f"{module}.{name}: defined, used by nothing in fast/"
+
+
+def _comment_density(folder) -> float:
+    """Docstring and comment-only lines over the other non-blank lines of a folder's modules."""
+    import ast
+    from pathlib import Path
+
+    said = code = 0
+    for path in sorted(Path(folder).glob("*.py")):
+        text = path.read_text()
+        docs = set()
+        for node in ast.walk(ast.parse(text)):
+            body = getattr(node, "body", None)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and body:
+                first = body[0]
+                if isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant):
+                    if isinstance(first.value.value, str):
+                        docs |= set(range(first.lineno, first.end_lineno + 1))
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                if number in docs or line.strip().startswith("#"):
+                    said += 1
+                else:
+                    code += 1
+    return said / code
+
+
+@pytest.mark.parametrize("folder", ["fast/kernels", "fast/select", "fast/msa/kernels"])
+def test_kernel_comments_say_why_in_a_line(folder):
+    """The kernel folders' docstring and comment lines stay at most a quarter of their code
+    lines: one line on why beside the code, the rationale in docs/KERNELS.md, figures and
+    history in bench/PERF.md (issue 73 brought them from 0.40-0.46 to 0.25)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    assert _comment_density(root / folder) <= 0.25, f"{folder}: {_comment_density(root / folder):.3f}"

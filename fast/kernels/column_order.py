@@ -1,14 +1,7 @@
-"""The order of the dot product's 128 columns in the Gluon scorers (``scorer_wgmma.py``,
-``msa/kernels/scorer_mma.py``), and the load of a query tile's rows in that order.
-
-Why: a sum over the head dimension may be taken in any order if q is permuted alike. Both
-scorers give logical column k = 16 kb + 8 h + 2 tig + e (the MMA A fragment's: lane (gid,
-tig), k block kb, half h, element e) the physical dimension ``d(k) = 32 tig + 4 kb + 2 h +
-e``, so a lane's 32 columns of a token are 32 contiguous elements of the key row: whole
-NVFP4 groups, or 16-byte copies of E4M3 / BF16. q is then loaded as its rows lie (16 bytes
-a thread and load), put in the same order in registers, and stored k contiguous into a
-[ROWS, 128] shared tile that the MMA reads transposed.
-"""
+"""The order of the dot product's 128 columns in the Gluon scorers and the load of a query
+tile's rows in that order: logical column k is physical dimension
+``d(k) = 32 tig + 4 kb + 2 h + e``, so a lane's 32 columns are contiguous (docs/KERNELS.md,
+"The column order")."""
 
 from __future__ import annotations
 
@@ -30,9 +23,8 @@ def row_layout(vec):
 def load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS: gl.constexpr, SLOT0: gl.constexpr, ROWS: gl.constexpr):
     """Request b's query rows SLOT0 * HS .. SLOT0 * HS + ROWS - 1 of the tile set
     ``q_sel[0]`` as they lie: raw elements [ROWS, 128] in ``row_layout`` (16 bytes a thread
-    and load; rows past the tile's 8 * HS are 0). The tile is [B, 8, HS, 128] elements of
-    ``q_ptr``'s type at ``q_ptr + q_sel[0] * q_set_stride``, the stride a multiple of 16
-    elements (the host checks it)."""
+    and load; rows past 8 * HS are 0) of the [B, 8, HS, 128] tile at ``q_ptr + q_sel[0] *
+    q_set_stride`` (a multiple of 16 elements)."""
     layout: gl.constexpr = row_layout(128 // q_ptr.dtype.element_ty.primitive_bitwidth)
     qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
@@ -45,9 +37,7 @@ def logical_columns(x, WIDTH: gl.constexpr = 2):
     """``x`` [R, 128] in physical dimension order, returned in logical column order:
     column k of the result is dimension d(k) of ``x`` (a permutation of each thread's
     registers wherever a thread holds whole groups of 32 dimensions). WIDTH: the A
-    fragment's consecutive k a register, 2 for 16-bit operands (the order above), 4 for
-    E4M3 ones (the E4M3-MMA route: k = 32 kb + 16 h + 4 tig + e, d = 32 tig + 8 kb
-    + 4 h + e, e < 4; a lane's 32 columns are the same 32 dimensions either way)."""
+    fragment's consecutive k a register: 2 for 16-bit operands, 4 for E4M3 ones."""
     r: gl.constexpr = x.shape[0]
     x = gl.reshape(x, [r, 4, 16 // WIDTH, 2, WIDTH])  # [r, tig, kb, h, e]: d = 32 tig + 2 WIDTH kb + WIDTH h + e
     x = gl.permute(x, (0, 2, 3, 1, 4))  # [r, kb, h, tig, e]: k = 8 WIDTH kb + 4 WIDTH h + WIDTH tig + e

@@ -1,33 +1,7 @@
-"""The CP protocol's kernels (docs/DESIGN.md §6): compact table, q exchange, local top-16 + push,
-and the merge, which flips the parity that makes back-to-back steps safe.
-
-Symmetric buffers come as int64 arrays of every rank's base address; each layer has two
-buffer sets, and ``parity`` (a device scalar flipped at the end of every long step) says
-which one the layer's next long step uses. A peer that runs one step ahead therefore writes
-into the other set: it can never overwrite a tile this rank is still scoring, nor have its q
-erased by this rank's re-arm. It cannot get two steps ahead, because its next exchange waits
-for this rank's q.
-
-The step's kernels read the set from ``current``, the exchange's copy of the parity: the
-exchange's programs each store it (the same value) once the kernel before them has
-completed (their PDL wait, before their own stores and spin), and every later kernel reads
-it once the exchange has completed (after its own wait; the merge, which does
-not wait, launches only once every push program has passed its wait). So the merge's
-programs can each store the flipped parity (the same value) as they finish, with no count
-of who is last: nothing reads ``parity`` again before the next step's exchange, which waits
-for the merge.
-
-Every spin is bounded in time (``timeout_ns`` on the GPU's global timer, or the host's clock
-under the interpreter); on timeout it sets the protocol word of the process's error record,
-later kernels write -1 rows, and the host raises in ``check()``.
-
-Only requests with a long row (``len > 16 * 128``: the last query's own page is >= 16) are
-exchanged, scored and merged from candidates (``reference.rules.long_requests``); the others'
-rows follow from their lengths. A step with no long request touches no symmetric buffer and
-waits for nobody, so it keeps the parity: the long steps around it still alternate sets and
-are still in lockstep (each long step's exchange waits for every rank), which is all the two
-sets need. Every rank sees the same lengths, so every rank makes the same choice.
-"""
+"""The CP protocol's kernels (docs/DESIGN.md §6): compact table, q exchange, local top-16 +
+push, and the merge, which flips the parity that makes back-to-back steps safe. Buffer
+sets, parity, bounded spins and which requests are exchanged: docs/KERNELS.md, "The CP
+protocol's kernels"."""
 
 import triton
 import triton.language as tl
@@ -87,11 +61,7 @@ def compact_table_kernel(
     """The length is a deliberate lie: n_local * 128 + 8 puts all 8 slots one page past the
     chunk, so the scorer stores every owned page for every slot. W - 1 >= n_local keeps that
     invented page addressable. The real causal cut comes back in the push. A request whose
-    rows are all short gets length 0: nothing scored, nothing read.
-
-    The id bounds span the columns of every rank, not only this rank's: every rank then
-    judges a request alike (``guards.request_verdict``), and a request with a bad id is
-    skipped by every rank's push and merge, so no owner waits for a push that never comes."""
+    rows are all short gets length 0: nothing scored, nothing read."""
     b = tl.program_id(0)
     seq = tl.load(seq_lens_ptr + b)
     tl.store(seq_out_ptr + b, seq)
@@ -133,21 +103,7 @@ def q_exchange_kernel(
     then wait until this rank's own tile row holds no unwritten element, the all-ones byte
     (E4M3) or half-word (bf16: ``device.has_unwritten``) (not at all once a spin of
     this rank has given up: the record's protocol word is set); other rows do nothing.
-    Every program copies the parity into ``current`` (the set of this step's later kernels).
-
-    It releases the scorer as soon as its own wait is over: the scorer loads the lengths,
-    the compact table and its first pages before it waits for this kernel (``score_pages``'
-    prefetch), and nothing earlier in the stream writes them once this kernel's producer is
-    done. The scorer reads the tile only after that wait, i.e. after this whole grid.
-    The length, the parity, every rank's tile address and the q rows are loaded together,
-    not one L2 round trip after another.
-
-    With R replicas per head (H < CP) each replica stores only its WORDS / R words of the head's
-    row: every word has exactly one writer, and every rank's tile row is complete only once
-    every rank has stored into it. That lockstep is what the two buffer sets rely on. If each
-    replica stored the whole row, a tile completed by the faster replica would let its rank
-    run steps ahead of the slower one (all-short steps wait for nobody else), and the slower
-    replica's stores would land in tiles already re-armed or already holding a later step."""
+    Every program copies the parity into ``current`` (the set of this step's later kernels)."""
     pdl_wait(PDL)  # for index_q's producer
     pdl_release(PDL)
     t = tl.program_id(0)
@@ -166,11 +122,7 @@ def q_exchange_kernel(
             tiles[:, None, None] + (base + (HEAD0 + hl[:, None]) * WORDS + w[None, :])[None, :, :]
         )  # [CP, HR, WORDS / R]
         tl.store(dst, tl.broadcast_to(rows[None, :, :], [CP, HR, WORDS // R]))
-        # A spin of this rank already gave up (an earlier step's or layer's): do not wait
-        # again. Its push sends nothing and its merge writes -1 until reset(), so the peers
-        # time out as they would anyway; waiting the bound in every later exchange would
-        # make each of them cost the bound. Read as a block and reduced to one verdict
-        # (as the merge reads it): warps that disagreed would split the poll's reductions.
+        # a spin of this rank gave up earlier: do not wait again; read as a block, one verdict
         worst = tl.max(tl.load(err_ptr + tl.zeros([H * WORDS], tl.int32), volatile=True), axis=0)
         pending = has_unwritten(tl.load(local, volatile=True), HALVES)
         deadline = tl.where(worst != 0, 0, deadline_ns(timeout_ns, WALL))
@@ -217,19 +169,13 @@ def push_kernel(
     """Per (query, head) with own + 1 > 16: the exact top 16 of this rank's pages below own,
     stored into slot RANK of every owner's candidates (any order: the merge sorts them).
     Releasing the merge right after its own wait means: when the merge runs, the scorer has
-    finished reading the q tile.
-
-    With SPLIT > 1 (few rows) slice s, the row's columns [s * SLICE, (s + 1) * SLICE),
-    takes its own top 16 and the row's last slice to finish pushes the 16 best of them
-    (exact, as in the stock top-16: keys are unique)."""
+    finished reading the q tile."""
     t = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
     b, i, slot = row_query(t, QLEN)
     row_ptr = score_ptr + b.to(tl.int64) * stride_sb + (slot * H + h) * stride_sr
-    # Before the wait (the scorer lets a small or one-warp push launch early: fast.select.policy.
-    # release_select), what no kernel of the step writes: the lengths, and the addresses of
-    # the head's R owners' candidates (ranks owners .. owners + R - 1).
+    # before the wait: what no kernel of the step writes (the lengths, the owners' addresses)
     n_local = tl.load(n_local_ptr + b)
     seq = tl.load(seq_lens_ptr + b)
     own = own_page(seq, slot)
@@ -242,9 +188,7 @@ def push_kernel(
     # wrote before the scorer's wait ended (the push may launch before the exchange ends).
     slots = tl.load(current_ptr) * set_elems + ((RANK * rows_max + t) * HR + h % HR) * _TOPK
     dst = owners[:, None] + slots + tl.arange(0, _TOPK)[None, :]
-    # A slice of one chunk is loaded right after the wait, before its length is known (its
-    # columns past it are unwritten, any bits, and the keys drop them); with it, whether to
-    # store the keys at all (see _push).
+    # a one-chunk slice loads right after the wait (its unwritten columns drop out of the keys)
     one_chunk: tl.constexpr = SLICE <= SELECT.chunk
     cols = s * SLICE + tl.arange(0, SLICE)
     if one_chunk:
@@ -296,10 +240,8 @@ def push_kernel(
 @triton.jit
 def _push(best, dst, healthy):
     """Store a row's 16 keys at each row of ``dst`` ([R, 16] pointers: its owners' slots)
-    if ``healthy`` (this process's error flag clear). After an exchange timeout this rank's
-    scores are garbage: push nothing, so the owners time out too rather than merge it. The
-    push reads the flag after its wait, when the exchange's spins are over: the flag only
-    ever goes from 0 to set within a step, so a later reader would agree."""
+    if ``healthy`` (this process's error flag clear: after an exchange timeout the owners
+    time out too rather than merge garbage)."""
     if healthy:
         tl.store(dst, best[None, :])
 
@@ -370,29 +312,10 @@ def merge_kernel(
     OUTPUT: tl.constexpr = merged_output,  # the format's output of a merged row (a jit function)
 ):
     """Per row: short rows write [0..own, -1...]; long rows poll until none of the HR * CP *
-    16 candidates of its heads is -1 (every head at once), write each head's output from
-    its 16 best (``OUTPUT``: ``merged_output``, §6's best 15 and own in slot 15, or a
-    format's own, DESIGN §10.4's) and reset the candidates to -1. Then, for a long request (the only ones
-    exchanged), re-arm the row's tile slot to 0xFF and store the flipped parity, so the
-    layer's next long step uses the other buffer set (every such program stores the same
-    value; nothing reads the parity again before the next step's exchange, which waits for
-    this grid). Launched once every push program has started, so polling never blocks a
-    push.
-
-    A row of a padding request (length 0) is sixteen -1; so is a row of a request with a
-    bad length or block id (``guards.request_verdict``), which is also recorded in the
-    error record and pushed by no rank, so it waits for nothing.
-
-    A row whose program finds the protocol's error flag set (by an earlier kernel, another
-    program's timeout or its own) is written -1 without waiting, short rows included: after
-    a timeout the buffers may hold stale keys, and the flag stays set until ``reset()``. A
-    row merged before another program's timeout set the flag keeps its output, which is
-    exact (its candidates had all arrived). No program waits for the others: a count of who
-    finishes last (to fill every row and flip the parity once) would put an atomic round
-    trip on every layer's critical path.
-
-    It lets the next kernel launch at once (a dependent waits for this grid's completion
-    before it reads anything; its launch is then off the critical path)."""
+    16 candidates of its heads is -1, write each head's output from its 16 best
+    (``OUTPUT``) and reset the candidates to -1; for a long request, re-arm the row's tile
+    slot to 0xFF and store the flipped parity (the layer's next long step uses the other
+    buffer set)."""
     pdl_release(PDL)
     t = tl.program_id(0)
     b, i, slot = row_query(t, QLEN)
@@ -400,10 +323,7 @@ def merge_kernel(
     own = own_page(seq, slot)
     k = tl.arange(0, _TOPK)
     current = tl.load(current_ptr)
-    # Set by an earlier kernel of the step, or by another program's timeout. Each thread
-    # loads the flag itself, and warps reading it as that store lands could disagree and
-    # split the poll below, whose reductions every warp joins: the program reads it as a
-    # block and reduces it to one verdict.
+    # the error flag: read as a block and reduced to one verdict, so no warp splits the poll
     flag = tl.load(err_ptr + tl.zeros([HR, CP * _TOPK], tl.int32), volatile=True)
     worst = tl.max(tl.max(flag, axis=1), axis=0)
     failed = worst != 0
@@ -429,13 +349,7 @@ def merge_kernel(
         while pending & (clock_ns(WALL) < deadline):
             keys = tl.load(recv + off, volatile=True)
             pending = tl.min(tl.min(keys, axis=1), axis=0) < 0
-        # The program is MERGE_WARPS warps (one): a block of at least 32 keys holds each key
-        # in one thread, so the keys the poll's verdict read are the keys selected. Where a
-        # key has two copies (fewer keys than threads: CP = 1 with one head, or more warps)
-        # the verdict reads one of them, and the other may have been loaded before the
-        # push's store landed and still be -1 (a whole head's row of -1 under PDL, seen in a
-        # stress run). Every key was seen by some thread before the barrier, so every
-        # thread's reload after it sees it.
+        # one copy of each key a thread (MERGE_WARPS): reloaded after the barrier, every key is seen
         if HR * CP * _TOPK < 32 * _MERGE_WARPS:
             tl.debug_barrier()
             keys = tl.load(recv + off, volatile=True)

@@ -1,27 +1,12 @@
 """The wgmma scorer's decode of NVFP4 groups (docs/DESIGN.md §3-§4) by byte permutes, ~2
-instructions an element, as inline PTX (GPUs only; the interpreter's table scorer gathers
-from ``scorer_table.py``'s table of every (scale, code) pair).
-
-For a group of 16 codes sharing scale s, every result is one of 8 magnitudes ``T[m] =
-e4m3(s * {0, .5, 1, 1.5, 2, 3, 4, 6}[m])`` with the code's sign applied. Those 8 bytes (the
-group's *table*, two registers) come ready-made from a 2 KB table of all 256 scale bytes
-(``fast.tables.scale_tables``). Per 32-bit half of the group's code word the asm looks the
-3-bit magnitudes up with ``prmt`` (one per 4 codes), spreads the sign bits to byte MSBs
-with ``prmt``'s sign-replicate mode, XORs them in (a sign flip: negative scales stay exact),
-and widens E4M3 pairs to fp16 pairs with ``cvt`` (exact) — or, for the E4M3-MMA route
-(DESIGN §4.1), keeps the E4M3 bytes. ``tests/test_gpu_scorer.py`` holds the decode to the
-reference on every (scale byte, code) pair.
-"""
+instructions an element, as inline PTX (GPUs only): each group's 8 magnitudes from the
+``scale_tables`` entry, looked up by ``prmt``, signed, widened to fp16 (or kept as E4M3
+for the E4M3-MMA route). The steps: docs/KERNELS.md, "The NVFP4 group decode"."""
 
 from triton.experimental.gluon import language as gl
 
-# One group of 16 codes (code k = nibble k of its 64-bit word: element 2i is byte i's low
-# nibble) from its table T (two words, byte i = T[i]), each 32-bit half of the word in
-# three steps. Lookup: magnitude selectors are the nibbles with bit 3 cleared (prmt reads a
-# selector's low 16 bits: m >> 16 is the upper four). Sign: selectors 0xD9C8 / 0xFBEA pick,
-# in sign-replicate mode, the byte of (word << 4) or word whose MSB is nibble k's bit 3
-# (lop3 0x78 = a ^ (b & c)). Widen: E4M3 pairs to fp16 pairs. The shifts are multiplies
-# (IMAD on the FMA pipe), as the ALU pipe is the one that bounds the scorer.
+# A group's 16 codes (nibble k of its word) from its table T, each 32-bit half in three
+# steps: lookup, sign, widen (docs/KERNELS.md, "The NVFP4 group decode").
 LOOKUP_STEP = """
 and.b32 m, WORD, k7;
 prmt.b32 p0, tlo, thi, m;

@@ -1,13 +1,5 @@
-"""E4M3 bytes to fp16: the hardware conversion where the GPU has one, else in integer
-arithmetic (the portable kernels' on sm_80 / 86).
-
-Triton compiles the hardware conversion (``.to(tl.float8e4nv, bitcast=True)``) only from
-sm_89 on; sm_80 / 86 have none (``fast.route.Route.hw_e4m3`` says which). Every E4M3
-value is an fp16 one: place the byte's exponent and mantissa bits where fp16's sit and the
-fp16 read so is the E4M3 value times 2^-8 (the biases differ by 8; subnormals alike,
-fp16's reaching far lower), so one exact multiplication by 256 finishes it. A NaN byte
-(0x7F, 0xFF) gives NaN, as the hardware's conversion does.
-"""
+"""E4M3 bytes to fp16: the hardware conversion where the GPU has one (sm_89 on), else in
+integer arithmetic (sm_80 / 86; docs/KERNELS.md, "E4M3 without the hardware")."""
 
 import triton
 import triton.language as tl

@@ -1,18 +1,7 @@
-"""Device-side input guards (docs/DESIGN.md §7): what a host cannot check without a sync.
-
-A step's block ids and lengths live on the device. The plan reduces each request's table
-row to its id bounds (``row_id_bounds``: the smallest and the largest id among the columns
-the decode reads, with their columns); every later kernel that ranks or writes a request's
-rows compares those with the cache's block count (``request_verdict``) and, for a bad
-request, writes sixteen -1 per row and records the first bad input it saw in the
-process's error record (``record_input``). Every rank computes the same bounds from the same
-table, so every rank of a CP step reaches the same verdict and none waits for a push that a
-peer skipped. The scorer guards each page it loads as well (it is a public API of its own).
-
-The error record is int32 ``[ERR_WORDS]``: word ``ERR_PROTOCOL`` holds a spin's timeout code
-(the protocol's kernels read it), words ``ERR_INPUT`` .. ``ERR_INPUT + 3`` the first bad
-input: its code, request, column (-1 for a length) and value.
-"""
+"""Device-side input guards (docs/DESIGN.md §7): what a host cannot check without a sync —
+each request's id bounds, its verdict, and the process's int32 error record
+(``ERR_PROTOCOL``: a spin's timeout; ``ERR_INPUT`` ..: the first bad input). How ranks agree:
+docs/KERNELS.md, "The device-side guards"."""
 
 import triton
 import triton.language as tl

@@ -3,8 +3,7 @@ registers (a pipeline of DEPTH blocks), or whole pages into the shared-memory ri
 (``page_ring.py``); each group's scale-table entry; and the block-id guard on every id read.
 
 The guard is the kernel's ``IN_CACHE`` (a jit function, ``in_cache`` here): a page whose
-id fails it is never loaded, and the epilogue stores its column as NaN (DESIGN §7).
-"""
+id fails it is never loaded, and the epilogue stores its column as NaN (DESIGN §7)."""
 
 from __future__ import annotations
 
@@ -30,14 +29,10 @@ GROUP_LAYOUT = gl.constexpr(
     )
 )
 
-# A scale byte loaded on its own, zero-extended (the ``_IF`` form: 0 where $2 is 0, nothing
-# read), so that two adjacent bytes do not become one 16-bit load taken apart on the ALU
-# pipe. Not pure: the loads stay where the kernel puts them (after a PDL wait).
+# a scale byte on its own (``_IF``: 0 where $2 is 0), not pure: it stays after a PDL wait
 _LOAD_SCALE = gl.constexpr("ld.global.u8 $0, [$1];")
 _LOAD_SCALE_IF = gl.constexpr("{\n.reg .pred p;\nsetp.ne.b32 p, $2, 0;\nmov.b32 $0, 0;\n@p ld.global.u8 $0, [$1];\n}")
-# Entry $1 of the table at {$3, $4} (low, high 32 bits of its address), $2 bytes an entry:
-# only the low word is computed (the table is 2 KB-aligned, ``scale_tables``), and by a
-# run-time stride it is one IMAD on the FMA pipe, not LEA on the ALU pipe.
+# entry $1 of the table at {$3, $4}, $2 bytes an entry: the low word alone, one IMAD
 _GATHER_TABLE = gl.constexpr(
     "{\n.reg .b32 lo;\n.reg .b64 at;\nmad.lo.u32 lo, $1, $2, $3;\nmov.b64 at, {lo, $4};\nld.global.b64 $0, [at];\n}"
 )
@@ -107,8 +102,7 @@ def load_nth_block(
     """``_load_block`` of 64-token block ``blk`` of the program's ``blocks`` (page first +
     blk // 2); past the program's blocks or the row's n pages, or where IN_CACHE fails the
     page's id, zeros (MASKED) or the cache's page 0 (valid memory whenever a row has pages;
-    such scores are never stored, or stored as NaN for a bad id). MASKED costs 8 register
-    zeroings a page, which mma.sync (N = 8) avoids by loading page 0."""
+    such scores are never stored, or stored as NaN for a bad id)."""
     j = first + blk // 2
     live = (blk < blocks) & (j < n)
     page = gl.load(bt_row + j, mask=live, other=0)

@@ -1,16 +1,7 @@
-"""The page maxima of the Gluon scorers (``scorer_wgmma.py``, ``msa/kernels/scorer_mma.py``): each
-thread keeps the maximum of its own tokens for every row of every page in shared memory, and
-one barrier and one reduction per program turn them into the program's columns.
-
-Why: both scorers put a page's tokens on the MMA's M, so a page's maximum for a row is a
-reduction over every lane and warp that holds one of its tokens. Done at every page it
-would be a large share of the page's instructions (shuffles, a barrier); kept as per-thread
-partials it costs a few maxima and one store a page.
-
-Both MMAs used (``mma.sync`` m16n8k16 and wgmma m64nNk16, 4 warps) give lane (g, t) of
-warp w the tokens 16 w + g and 16 w + g + 8 of each 64-token block, and the same columns
-(rows scored) in every block.
-"""
+"""The page maxima of the Gluon scorers (``scorer_wgmma.py``, ``msa/kernels/scorer_mma.py``):
+each thread keeps the maximum of its own tokens for every row of every page in shared
+memory; one barrier and one reduction per program give the columns. Why: docs/KERNELS.md,
+"The page maxima"."""
 
 from __future__ import annotations
 
@@ -24,9 +15,7 @@ def partial_maxima(rows: int, pages: int) -> int:
     """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program:
     32 (one per thread of a warp's 32 token pairs — no shuffle in the page loop) where the
     epilogue's share is small — up to 8 rows, or up to 32 rows with 4 or more pages a
-    program (each warp reduces its own page); else 8 (two shuffle rounds a page). Fewer
-    pages than warps would repeat the final reduction in every warp, which is why 32 rows
-    need 4 pages for 32 partials."""
+    program (each warp reduces its own page); else 8 (two shuffle rounds a page)."""
     return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
 
 
@@ -60,9 +49,8 @@ def page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
     """Fold 64-token block H (0 or 1) of page i (``acc``: fp32 [64, N] in the MMA's layout)
     into the page's running maximum ``best`` (``own_tokens_max``'s [4, 8, N]: block 0
     overwrites it); after block 1, store PARTS partial maxima of every
-    row at ``maxima[i, :PARTS, :]``. At PARTS = 32 each thread's maximum of its two tokens
-    is partial maximum 8 w + g and needs no other thread; a smaller PARTS first folds the
-    lanes whose g agree modulo PARTS / 4 (shuffles). Returns the running maximum."""
+    row at ``maxima[i, :PARTS, :]`` (below 32, lanes folded by shuffles first). Returns the
+    running maximum."""
     own = own_tokens_max(acc)
     if H == 0:
         best = own
@@ -94,9 +82,7 @@ def dynamic_bytes(rows: int, pages: int, parts: int, mma: str = "exact") -> int:
     """Either Gluon scorer's dynamic shared memory at N = ``rows`` with ``pages`` a program
     and ``parts`` partial maxima a page: q's tile [rows, 128] (``column_order.store_q_tile``:
     16-bit, or E4M3 on the ``mma`` "e4m3" route) and the maxima [pad_pow2(pages), parts,
-    rows] fp32 (``alloc_maxima``). At N = 8 the exact route's tile is dead once loaded into
-    mma.sync's registers, and the compiler puts the maxima in its place; wgmma (every N of
-    the e4m3 route) reads it at every block."""
+    rows] fp32 (``alloc_maxima``), sharing one buffer at N 8 on the exact route."""
     tile = rows * 128 * (1 if mma == "e4m3" else 2)
     maxima = triton.next_power_of_2(pages) * parts * rows * 4
     return max(tile, maxima) if rows == 8 and mma != "e4m3" else tile + maxima

@@ -1,49 +1,7 @@
 """A ring of whole NVFP4 pages in shared memory for the Gluon scorer (``scorer_wgmma.py``):
-one bulk copy a page (``cp.async.bulk``, 9216 bytes, completing on an mbarrier), issued by
-one thread; every thread then reads its own code words and scale bytes from shared memory.
-
-Why: fed from registers, the scorer's block loads are what ptxas moves — short of
-registers it issues each block's loads shortly before their use instead of two blocks
-ahead (``python -m bench.sass --load-use``), and the warps wait on them. A page in
-flight in shared memory holds no register, and one instruction moves it.
-
-Why PTX: Gluon's shared-memory analysis sees neither that a thread reads back only bytes
-a copy has landed (the mbarrier says so) nor that one thread issues the copies, and puts
-a CTA barrier around every copy and mbarrier operation. Here the
-ring is a ``.shared`` array the analysis never sees; the kernel frees a slot with the one
-barrier a page it issues itself. Every slot, phase and offset is a compile-time constant
-spelled into the instruction (``[name+offset]``): the ring costs no register and no
-address arithmetic.
-
-The scale table (``fast.tables.scale_tables``, 2 KB) may come along: ``declare`` with
-TABLES copies it into an array of its own on an mbarrier of its own, ``wait_tables`` waits
-for it and ``gather_tables`` reads each group's entry. Kernels fed from registers use this
-part alone (a ring of 0 pages).
-
-Protocol (a kernel that unrolls its pages; ``declare`` once per program, ring slot
-``i % RING`` holds page i):
-- ``issue(page_ptr, live, i, RING)`` before page i is needed (i < RING: in the prologue;
-  else right after the barrier that ends page i - RING, which frees the slot);
-- ``wait(live, i, RING)`` before reading it (the slot's mbarrier, phase (i // RING) % 2),
-  its flags ORed over the pages and handed to ``report`` once, after them;
-- ``read_codes`` / ``read_scales`` for each 64-token block.
-A page that is not live (past the row) is neither copied nor waited for; its slot keeps
-stale bytes, whose scores are never stored. Live pages are a prefix of the program's, so a
-skipped copy never leaves a later wait on its slot.
-
-The wait is bounded by a count of polls (``POLLS``), each ``mbarrier.try_wait`` suspending
-the thread until the phase completes or the hardware's own time limit passes (about 4 µs
-on an H200, with or without a suspend-time hint): ~0.13 s in all. A bound on the timer
-instead needs a slow path (read the clock, compare), which ptxas lays inline in front of
-the page's reads, so every wait takes a branch over it. The count's step and test ride in
-the poll loop's one block, which ptxas keeps as it keeps a bare poll loop. A
-wait that gives up flags the thread; the kernel ORs the flags over its pages and
-``report`` records ``ERR_PAGE_COPY_TIMEOUT`` once in the error record's protocol word,
-and ``check()`` raises (its scores are garbage). A bulk copy of valid memory lands in
-microseconds; the bound exists so that nothing can hang, and a count does not fire
-while the GPU is preempted, as a timer would. The policy (``fast.scorer.ring_pages``)
-says where the ring is used.
-"""
+one bulk copy a page on one thread's instruction, completing on the slot's mbarrier, each
+thread reading back its own code words and scale bytes; optionally the scale table too.
+Protocol, bounded wait and why PTX: docs/KERNELS.md, "The NVFP4 page ring"."""
 
 from __future__ import annotations
 
@@ -61,8 +19,7 @@ MAX_RING = 4  # the largest ring the asm tables below are built for
 
 SHARED_LIMIT = 48 * 1024  # static + dynamic shared memory a launch gets without opting in
 BASE_STATIC = 1024  # the static shared memory every kernel's cubin declares, ring or not
-# The ring's mbarriers, padded: its arrays keep the 1 KB alignment below, and the dynamic
-# buffers after them theirs (the q tile's 128-byte swizzle needs it: tests/test_sass.py)
+# the ring's mbarriers, padded to keep the arrays and the dynamic buffers 1 KB aligned
 _BAR_BYTES = 1024
 
 
@@ -95,13 +52,9 @@ TABLE_SLOT = MAX_RING  # the table's mbarrier, after the pages'
 
 
 def _declare_asm(ring: int, tables: int) -> str:
-    """The ring's arrays, and thread $1 == 0 initialising one mbarrier a slot (count 1:
-    the issuing thread's arrive), made visible to the copy engine. The arrays are static
-    shared memory, which precedes the kernel's dynamic shared memory: they take a multiple
-    of 1 KB (the mbarriers padded to one), so the dynamic buffers keep the 1 KB alignment
-    that wgmma's swizzled operand layouts assume (misaligned, its q tile reads wrong).
-    With ``tables``, thread 0 also starts the copy of the 2 KB scale table at global
-    address $2 onto an mbarrier of its own (``wait_tables``)."""
+    """The ring's arrays (whole kilobytes: the dynamic buffers after them stay 1 KB aligned
+    for wgmma's swizzle), and thread $1 == 0 initialising one mbarrier a slot; with
+    ``tables`` also the copy of the 2 KB scale table at $2 onto its own mbarrier."""
     bars = list(range(ring)) + ([TABLE_SLOT] if tables else [])
     tab = ""
     if tables:
@@ -157,11 +110,8 @@ def _wait_asm(slot: int, phase: int) -> str:
 def wait_asm(bar: str, phase: int) -> str:
     """Where $1 != 0 (a live page): poll mbarrier ``bar`` (``[symbol+offset]``) for phase
     ``phase``, at most POLLS times; $0 = 1 if the phase never completed (the caller
-    reports it), else 0. Also ``msa/kernels/block_ring.py``'s.
-    The loop is one basic block — the count's step and test predicated on the failed
-    poll — so ptxas keeps it as it keeps a bare ``try_wait`` loop: a poll and a branch not
-    taken on the way through. A slow path of its own (a timer's test, the report's atomic)
-    ptxas lays inline, and every wait then jumps over it."""
+    reports it), else 0; one basic block, as a bare ``try_wait`` loop is. Also
+    ``msa/kernels/block_ring.py``'s."""
     return (
         "{\n.reg .pred p, q;\n.reg .b32 k;\nmov.b32 $0, 0;\nsetp.eq.b32 q, $1, 0;\n@q bra DONE_${:uid};\n"
         f"mov.b32 k, {POLLS};\nSPIN_${{:uid}}:\n"
@@ -286,8 +236,7 @@ def read_codes(base, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr):
 @gluon.jit
 def read_scales(base, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr):
     """int32 [64, 8] scale bytes (zero-extended) of the same tokens and groups, one byte a
-    load (the scale tables are gathered by each byte: a 16-bit load would cost two ALU
-    instructions to take apart)."""
+    load (each byte is gathered by alone)."""
     t = gl.arange(0, 64, layout=gl.SliceLayout(1, base.type.layout))
     g = gl.arange(0, 8, layout=gl.SliceLayout(0, base.type.layout))
     at = base + t[:, None] * 8 + g[None, :]

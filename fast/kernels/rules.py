@@ -1,11 +1,6 @@
-"""The contract's per-row rules (docs/DESIGN.md §3, §6), each spelled once for every kernel
-that needs it: which request and tile slot a row is, where a slot's query sits, its own page
-(the causal cut), which requests are long (exchanged, scored and merged from candidates) and
-which rows are short (their causal pages fit the output whole).
-
-The Gluon scorers call them as the Triton kernels do. The reference spells each once too
-(``reference.rules``).
-"""
+"""The contract's per-row rules (docs/DESIGN.md §3, §6), each spelled once for every kernel,
+Gluon's included: a row's request and slot, a slot's query position, the causal cut, long
+requests and short rows (the reference's twin: ``reference.rules``)."""
 
 import triton
 import triton.language as tl

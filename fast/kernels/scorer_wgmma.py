@@ -1,25 +1,8 @@
-"""The GPU page scorer: NVFP4 codes dequantized straight into Hopper wgmma register
-fragments (Gluon), so the fp16 tile never goes through shared memory (docs/KERNELS.md).
-
-Why: a Triton scorer writes each page's 32 KB fp16 tile to shared memory for the MMA and
-reads it back, several times the bytes it reads from HBM. wgmma takes its A operand from
-registers in the A fragment's layout: lane (gid, tig) of warp w holds rows 16 w + gid and
-16 w + gid + 8 and, per 16-wide k block kb, columns 2 tig + {0, 1} and 2 tig + 8 + {0, 1}.
-
-The trick: the dot product's dimension may be permuted if q is permuted alike. Logical
-column k = 16 kb + 8 h + 2 tig + e is physical dimension ``d(k) = 32 tig + 4 kb + 2 h + e``
-(``column_order.py``), so lane tig's 32 columns of a row are two whole NVFP4 groups: 16
-contiguous code bytes and 2 scale bytes, loaded by ``loads.py`` (or read back from the
-page ring), decoded by ``dequant_prmt.py``'s asm with each group's ``scale_tables`` entry,
-joined into the fragment order; ``convert_layout(..., assert_trivial=True)`` proves at
-compile time that no data moves between threads.
-
-The MMA's N is the rows scored (slots from ``SLOT0`` on, x Hs). Up to 8 rows it is the
-per-warp ``mma.sync`` m16n8k16 (no padding rows, no warpgroup wait); from 16, wgmma. The
-E4M3-MMA route (E4M3_MMA, DESIGN §4.1) keeps the decode's E4M3 bytes and runs wgmma k32 at
-every N. The launch policy (program sizes, register cap, ring and table placement) is
-``fast.scorer``'s. Gluon runs on GPUs only; the interpreter keeps the table scorer.
-"""
+"""The GPU page scorer (Gluon, sm_90): NVFP4 codes decoded straight into the MMA's register
+A fragment (``dequant_prmt.py``), so the fp16 tile never goes through shared memory; the
+page's tokens on M, the rows scored on N (``mma.sync`` up to 8 rows, else wgmma; the
+E4M3-MMA route wgmma k32 at every N). Why, and the column order that makes it possible:
+docs/KERNELS.md, "The NVFP4 wgmma scorer". Launch policy: ``fast.scorer``."""
 
 from __future__ import annotations
 
@@ -51,11 +34,7 @@ _BAD_BLOCK = gl.constexpr(BAD_BLOCK)
 
 @gluon.jit
 def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
-    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t.
-
-    Physical (g, c) = (2 tig + gh, 4 kl + 2 h + e) is logical k = 16 (4 gh + kl) + 8 h + 2 tig
-    + e: join the 16 codes into trailing axes (e, h, kl0, kl1), split g into (tig, gh), and
-    order the axes as k's digits, most significant first."""
+    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t."""
     c0 = gl.join(gl.join(o0, o1), gl.join(o2, o3))
     c1 = gl.join(gl.join(o4, o5), gl.join(o6, o7))
     c2 = gl.join(gl.join(o8, o9), gl.join(o10, o11))
@@ -85,11 +64,7 @@ def _byte(w, i: gl.constexpr):
 def _fragment_e4m3(w0, w1, w2, w3):
     """E4M3 [T, 128] in the E4M3 MMA's logical column order (``column_order.logical_columns``
     at WIDTH 4) from w[j][t, g] = the E4M3 bytes of codes 4 j .. 4 j + 3 of group g of token
-    t (byte i: code 4 j + i).
-
-    Physical (g, c) = (2 tig + gh, 8 kl + 4 h + e) is logical k = 32 (2 gh + kl) + 16 h + 4 tig
-    + e: each word is one A register (4 consecutive k); join the bytes into trailing axes
-    (e0, e1, h, kl), split g into (tig, gh), and order the axes as k's digits."""
+    t (byte i: code 4 j + i)."""
     c0 = gl.join(gl.join(_byte(w0, 0), _byte(w0, 1)), gl.join(_byte(w0, 2), _byte(w0, 3)))
     c1 = gl.join(gl.join(_byte(w1, 0), _byte(w1, 1)), gl.join(_byte(w1, 2), _byte(w1, 3)))
     c2 = gl.join(gl.join(_byte(w2, 0), _byte(w2, 1)), gl.join(_byte(w2, 2), _byte(w2, 3)))
@@ -259,11 +234,7 @@ def score_kernel_wgmma(
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in 64-token
     blocks (the 4 warps hold 16 tokens each). Each thread keeps its own maxima of every page
     in shared memory; one barrier and one reduction over them per program then give the PPP
-    columns (a reduction across warps every page would cost a large share of its issue).
-
-    Under PDL with RELEASE the dependent grid (the select) launches at once; with PREFETCH
-    the program loads its length, table entries and first blocks before waiting for the
-    producer (``score_pages``' prefetch and release say when each is safe)."""
+    columns (a reduction across warps every page would cost a large share of its issue)."""
     WIDTH: gl.constexpr = 4 if E4M3_MMA else 2  # the fragment's consecutive k a register
     if _mma_sync(ROWS, E4M3_MMA):
         mma: gl.constexpr = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8])

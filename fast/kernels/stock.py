@@ -65,14 +65,7 @@ def stock_topk_kernel(
 ):
     """Per (query, head): 15 pages by the stock key among j < min(own, P), own in slot 15;
     sixteen -1 for a padding request (length 0) and for a request with a bad length or id
-    (``guards.request_verdict``), which is recorded in the error record.
-
-    With SPLIT > 1 (few rows: one program per row would leave the GPU idle while it runs
-    three dependent selects) slice s of the row, columns [s * W / SPLIT, (s + 1) * W /
-    SPLIT), takes its own top 16; the row's last slice to finish selects the 16 best of the
-    SPLIT * 16. Exact: keys are unique and the best 16 of a row are among its slices' best.
-    It lets the next kernel launch once its own wait is over (a dependent waits for this
-    grid's completion before it reads anything)."""
+    (``guards.request_verdict``), which is recorded in the error record."""
     pdl_wait(PDL)
     pdl_release(PDL)
     t = tl.program_id(0)

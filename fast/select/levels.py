@@ -6,8 +6,7 @@ Shapes come from ``fast.select.policy``.
 
 Every function runs on a GPU and under the interpreter (but ``warp_groups_top16``: inline
 PTX); where the interpreter's arithmetic differs (fma), a constexpr switches to an exact
-emulation (``fmaf``).
-"""
+emulation (``fmaf``)."""
 
 import triton
 import triton.language as tl
@@ -28,8 +27,7 @@ def row_keys(
 
     Page of column j is ``j * CP + RANK``. KEY_EXACT: int64 ``1 << 48 | ordered << 16 |
     (0xFFFF - page)``; KEY_STOCK: uint32 ``q16 << 16 | (0xFFFF - page)`` with
-    ``q16 = min(uint(fmaf(v, scale, bias)), 65535)``. Valid keys are > 0 either way.
-    """
+    ``q16 = min(uint(fmaf(v, scale, bias)), 65535)``. Valid keys are > 0 either way."""
     return value_keys(tl.load(row_ptr + j, mask=j < n, other=0.0), j, n, KIND, CP, RANK, scale, bias, EMULATE_FMA)
 
 
@@ -52,8 +50,7 @@ def _key(rank, page, KIND: tl.constexpr, scale, bias, EMULATE_FMA: tl.constexpr)
         ordered = (rank ^ -(2**31)).to(tl.uint32, bitcast=True)  # fp32 bits in total order
         return (1 << 48) | (ordered.to(tl.int64) << 16) | (0xFFFF - page)
     else:
-        # Clamp before converting: CUDA's cvt.rzi.u32 saturates, numpy's cast does not.
-        # (A valid row never needs it: its values map into [1, 65535.5].)
+        # clamp before converting: CUDA's cvt saturates, numpy's cast does not
         t = tl.minimum(tl.maximum(fmaf(rank, scale, bias, EMULATE_FMA), 0.0), 65535.0)
         return (t.to(tl.uint32) << 16) | (0xFFFF - page).to(tl.uint32)
 
@@ -67,8 +64,7 @@ def key_dtype(KIND):
 @triton.jit
 def best16(keys):
     """Each row's 16 largest of a 2-D ``[rows, n]`` block of keys, descending. Valid keys are
-    unique, so taking the maximum and clearing it 16 times is exact (repeated 0s are "no
-    page" anyway). ~50x cheaper than tl.topk's sort in the interpreter."""
+    unique, so taking the maximum and clearing it 16 times is exact."""
     k = tl.arange(0, TOPK)
     best = tl.zeros([keys.shape[0], TOPK], dtype=keys.dtype)
     for it in tl.static_range(TOPK):
@@ -91,9 +87,8 @@ def select16_rows(keys, SORT: tl.constexpr):
 @triton.jit
 def select16(keys, SORT: tl.constexpr):
     """The 16 largest of a 1-D power-of-two block of keys, descending: ``tl.topk``'s bitonic
-    network where SORT (GPUs: every step is parallel across the block, ~4x less latency than
-    16 dependent reductions at 1K keys), else ``best16`` (the interpreter runs ``tl.topk``
-    through a Python-level reduce, ~1 s a call). Same result: valid keys are unique."""
+    network where SORT (GPUs), else ``best16`` (the interpreter). Same result: valid keys
+    are unique."""
     if SORT:
         return tl.topk(keys, TOPK)
     else:
@@ -113,19 +108,7 @@ def top16(
     SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
-    """The 16 largest keys of columns ``j < n`` of a row, descending (0 = no page).
-
-    ``SELECT`` is the row's ``policy.SelectShape`` (CHUNK .. GROUP below: its fields). Rows
-    up to CHUNK columns take one select. Longer rows, SUPERS supergroups of PER_SUPER groups
-    of GROUP columns, take three small ones: the 16 supergroups with the largest maxima, the
-    16 groups with the largest maxima among theirs, the top 16 of those groups' members.
-    Exact: a top-16 key outside the kept supergroups (groups) would be beaten by 16 distinct
-    supergroup (group) maxima. The first two levels rank groups by stand-in keys
-    (``_group_keys``: the best score and the group's first page), which order groups as
-    their maxima do, so only the last level builds a key per column.
-    (Two levels, 16 of 128 groups then 16 of their 1024 members, left one select over 1024
-    keys, the bulk of the select's time on a GPU.)
-    """
+    """The 16 largest keys of columns ``j < n`` of a row, descending (0 = no page)."""
     CHUNK: tl.constexpr = SELECT.chunk
     SUPERS: tl.constexpr = SELECT.supers
     PER_SUPER: tl.constexpr = SELECT.per_super
@@ -169,17 +152,11 @@ def warp_groups_top16(
     (GROUP 4 or 8), descending, on one warp (GPUs), in two levels: the 16 groups of GROUP
     consecutive columns with the largest stand-in keys (``_group_keys``), selected by
     the PTX block of ``warp_ptx`` (ASM, CONSTRAINTS: ``warp_asm_options(GROUPS)``), then the
-    best 16 of their members (16 x GROUP keys). Exact as ``top16``'s levels are. The block
-    leaves the 16 group keys at slots in its lanes' registers: they pass through
-    ``scratch`` (16 int64 of this program's own) to become one block of 16. ``row_ptr``
-    must be 16-byte aligned with 3 floats readable past any column below n
-    (``fast.cp.score_row_stride``)."""
+    best 16 of their members (16 x GROUP keys), the group keys through ``scratch`` (16 int64
+    of this program's own). ``row_ptr`` 16-byte aligned, 3 floats readable past any column
+    below n (``fast.cp.score_row_stride``)."""
     tl.static_assert(GROUP == 4 or GROUP == 8, "groups of 4 or 8 columns (policy.WIDE_MAX_GROUP)")
-    # Each group's maximum from 16-byte loads of 4 columns: a scalar load per column, each
-    # lane's stride a group, asks L2 for every 32-byte sector once per column in it — 8
-    # requests where one would do. All of a lane's loads are independent, so they are in
-    # flight together (a running maximum over dependent loads kept only a few ahead; one
-    # [GROUPS, GROUP] block instead: 255 registers and spills).
+    # each group's maximum from 16-byte loads, all in flight together (one L2 request a sector)
     first = tl.arange(0, GROUPS) * GROUP
     top = _quad_max(row_ptr + first, first, n)
     for q in tl.static_range(4, GROUP, 4):
@@ -200,8 +177,7 @@ def warp_groups_top16(
     return select16(tl.reshape(cand, [TOPK * GROUP]), SORT)
 
 
-# Four fp32 words at a 16-byte aligned address where $5 != 0, else zeros: one vector load
-# (Triton vectorizes only what it can prove aligned, and these rows' stride is a value).
+# four fp32 words at a 16-byte aligned address where $5 != 0, else zeros: one vector load
 _LOAD_QUAD = tl.constexpr("""{
 .reg .pred p;
 setp.ne.b32 p, $5, 0;
@@ -213,8 +189,7 @@ mov.b32 $0, 0; mov.b32 $1, 0; mov.b32 $2, 0; mov.b32 $3, 0;
 @triton.jit
 def _quad_max(ptrs, j, n):
     """The largest ``_rank_values`` (KEY_EXACT) of columns j .. j + 3 at ``ptrs`` (16-byte
-    aligned; any shape), least where j + k >= n; nothing is read where j >= n, and columns
-    from n on may hold any bits."""
+    aligned; any shape), least where j + k >= n (any bits there; nothing read from n on)."""
     # Not pure: a pure asm could be hoisted above the wait for the scores' producer.
     w = tl.inline_asm_elementwise(
         _LOAD_QUAD, "=r,=r,=r,=r,l,r", [ptrs, (j < n).to(tl.int32)], dtype=(tl.int32,) * 4, is_pure=False, pack=1
@@ -226,9 +201,8 @@ def _quad_max(ptrs, j, n):
 
 @triton.jit
 def store_warp_slots(out, fill, row):
-    """Store ``warp_select``'s PTX block's result at ``row`` (16 int64): each selected key
-    (``out``: key | (slot + 1) << 56, else 0) at its slot, then the fill key K* (``fill``:
-    K* | filled << 56, the same in every register) at the slots from ``filled`` on."""
+    """Store the PTX block's result at ``row`` (16 int64): each selected key (``out``: key |
+    (slot + 1) << 56, else 0) at its slot, the fill key K* (``fill``) from ``filled`` on."""
     slot = (out >> 56).to(tl.int32) - 1
     fill = tl.max(fill, axis=0)
     k = tl.arange(0, TOPK)
@@ -257,16 +231,7 @@ def row_top16(
     SORT: tl.constexpr,
 ):
     """The 16 largest keys of a row's columns ``j < n``, descending, by the one select path:
-    (best, done), ``done`` true in the program that holds the row's result.
-
-    The row is SPLIT slices of SLICE columns, this program slice ``s`` (SPLIT 1: the whole
-    row). A slice of at most CHUNK columns arrives ``loaded`` (fp32 scores of columns
-    ``cols``: the caller issues that load early; what lies at ``j >= n`` is ignored) and takes
-    one select; a longer one reads its columns at ``row_ptr`` in three levels (``top16``).
-    Split rows publish each slice's best in ``parts`` (16 keys a slice, the row's own), count
-    themselves in at ``count_ptr``, and the last slice merges them (``merged16``). Exact:
-    valid keys are unique, and a row's best 16 are among its slices' best 16.
-    """
+    (best, done), ``done`` true in the program that holds the row's result."""
     one_chunk: tl.constexpr = SLICE <= SELECT.chunk
     if one_chunk:
         best = select16(value_keys(loaded, cols, n, KIND, CP, RANK, scale, bias, EMULATE_FMA), SORT)
@@ -319,9 +284,8 @@ def push_row_top16(
     SELECT: tl.constexpr,
     SORT: tl.constexpr,
 ):
-    """``row_top16`` as both formats' CP pushes rank a row: exact keys (KEY_EXACT) of page
-    ``j * CP + RANK`` for column j, in the split's scratch and count of ``row`` (the push's
-    (row, head) program index: SPLIT x 16 keys and one count each)."""
+    """``row_top16`` as both formats' CP pushes rank a row: KEY_EXACT keys of page ``j * CP +
+    RANK``, in the scratch and count of ``row`` (the push's (row, head) program index)."""
     return row_top16(
         row_ptr,
         n,
@@ -362,10 +326,8 @@ def slice_top16(
     SORT: tl.constexpr,
 ):
     """Slice ``s`` of a row split over SPLIT programs: the top 16 of its columns [s * SLICE,
-    (s + 1) * SLICE) below n, as the row's keys, into ``parts[s * 16 ..]``; then counts
-    itself in at ``count_ptr``. Returns whether it was the row's last slice — then every
-    slice's keys are in ``parts`` (``merged16`` takes them). The key's page field is 0xFFFF -
-    page, so the slice's keys (its columns counted from 0) minus first * CP are the row's."""
+    (s + 1) * SLICE) below n into ``parts[s * 16 ..]``, counted in at ``count_ptr``;
+    whether it was the row's last slice (``merged16`` then takes them all)."""
     first = s * SLICE
     # A slice past the row's columns (its width is rounded up to a power of two): no page.
     mine = tl.zeros([TOPK], key_dtype(KIND))
@@ -388,24 +350,19 @@ def slice_top16(
 
 @triton.jit
 def publish_slice(parts, count_ptr, s, mine, SPLIT: tl.constexpr):
-    """Slice ``s``'s top 16 (the row's keys, ``parts``' type; descending, as ``select16``
-    gives them) into ``parts[s * 16 ..]`` — reversed in even slices, so the runs alternate
-    ascending / descending as ``merged16`` merges them — then count it in at
-    ``count_ptr``; whether it was the row's last slice (``merged16``'s)."""
+    """Slice ``s``'s top 16 (descending) into ``parts[s * 16 ..]``, reversed in even slices
+    (``merge_runs16``'s runs), counted in at ``count_ptr``; whether it was the last slice."""
     k = tl.arange(0, TOPK)
     tl.store(parts + s * TOPK + tl.where(s % 2 == 0, TOPK - 1 - k, k), mine)
-    # Every thread's store before the count (bar.sync), the count acq_rel at GPU scope: the
-    # last slice sees every other slice's keys.
+    # every thread's store before the acq_rel count: the last slice sees every other's keys
     tl.debug_barrier()
     return tl.atomic_add(count_ptr, 1, sem="acq_rel") == SPLIT - 1
 
 
 @triton.jit
 def merged16(parts, count_ptr, SPLIT: tl.constexpr, SORT: tl.constexpr):
-    """The row's best 16 keys of its SPLIT slices' (exact: keys are unique, and a row's best
-    16 are among its slices'), for the last slice of ``slice_top16``, which re-arms the
-    count for the next call. On a GPU (SORT) one merge of the slices' sorted runs
-    (``merge_runs16``, which skips the sort ``tl.topk`` would redo)."""
+    """The row's best 16 of its SPLIT slices' (exact: keys are unique), for the last slice of
+    ``slice_top16``, which re-arms the count for the next call."""
     keys = tl.load(parts + tl.arange(0, SPLIT * TOPK), volatile=True)
     if SORT:
         best = merge_runs16(keys)
@@ -437,8 +394,7 @@ def _xor(a, b):
 def _exchange(h, axis: tl.constexpr, descending):
     """One compare-exchange of a bitonic network on a hypercube-shaped block (every axis of
     size 2; element i's bit b on axis ``len(shape) - 1 - b``): along ``axis`` each pair
-    keeps its smaller first, or its larger first where ``descending`` (broadcast) holds.
-    The partner is one xor-reduction away (a ^ (a ^ b) = b)."""
+    keeps its smaller first, or its larger first where ``descending`` (broadcast) holds."""
     partner = h ^ tl.reduce(h, axis, _xor, keep_dims=True)
     first = tl.reshape(tl.arange(0, 2), _along(len(h.shape), axis)) == 0
     return tl.where(first != descending, tl.minimum(h, partner), tl.maximum(h, partner))
@@ -448,10 +404,7 @@ def _exchange(h, axis: tl.constexpr, descending):
 def merge_runs16(keys):
     """The 16 largest of ``keys`` ([R * 16], R a power of two >= 2), descending, where run r
     (keys 16 r .. 16 r + 15) is sorted ascending for even r and descending for odd r
-    (``publish_slice``'s layout). Bitonic top-k without its first phase: ``tl.topk`` would
-    sort the runs again (10 of its 26 compare-exchange stages at R = 16). Each level takes
-    the elementwise maximum of runs 2m and 2m + 1 — a bitonic sequence holding the 16
-    largest of both — and sorts it in 4 exchanges, alternating again for the next level."""
+    (``publish_slice``'s layout): bitonic top-k without its first phase."""
     DIMS: tl.constexpr = _bits(keys.shape[0])
     # One run would come back as stored (ascending), not merged: merged16 has SPLIT >= 2.
     tl.static_assert(DIMS > 4, "merge_runs16 merges two runs of 16 or more")
@@ -470,11 +423,8 @@ def merge_runs16(keys):
 
 @triton.jit
 def _rank_values(row_ptr, j, n, KIND: tl.constexpr):
-    """Per score column j (any shape), a value whose order is its key's score order, the
-    least possible where j >= n: KEY_EXACT the fp32 bits as a signed int32 that sorts like
-    the float, -0 below +0 (the key's ordered bits with the top bit flipped); KEY_STOCK the
-    fp32 score itself (its 16-bit key is a non-decreasing function of it). A max over these
-    is 1 instruction per column, the key it stands for ~10 (int64)."""
+    """Per score column j (any shape), a value in its key's score order, the least where
+    j >= n: KEY_EXACT the ordered bits as int32 (-0 below +0), KEY_STOCK the fp32 score."""
     valid = j < n
     rank = _rank(tl.load(row_ptr + j, mask=valid, other=0.0), KIND)
     if KIND == KEY_EXACT:
@@ -504,9 +454,7 @@ def _group_keys(
 ):
     """Stand-in keys of groups of consecutive columns: the score part from ``top`` (the max
     ``_rank_values`` of the group), the page part from its first column ``first``; 0 where
-    the group starts past n. They order the groups exactly as their largest true keys do:
-    groups are disjoint column ranges, so between two groups with equal best scores the
-    earlier one holds the lower page whichever of its columns ties."""
+    the group starts past n. They order the groups exactly as their largest true keys do."""
     valid = first < n
     # An empty group's top is the least rank value (-inf for KEY_STOCK): 0 keeps it out of fmaf.
     return tl.where(
@@ -528,9 +476,7 @@ def keys_to_pages(keys):
 
 @triton.jit
 def fmaf(a, b, c, EMULATE: tl.constexpr):
-    """fp32 ``a * b + c`` with one rounding. The interpreter's fma rounds twice, so there it
-    is emulated: the float64 product is exact, TwoSum gives the sum's error, and rounding
-    the sum to odd makes the final float64 -> float32 rounding exact (53 >= 2 * 24 + 2)."""
+    """fp32 ``a * b + c`` with one rounding (emulated where the interpreter's rounds twice)."""
     if EMULATE:
         p = a.to(tl.float64) * b.to(tl.float64)
         c64 = c.to(tl.float64)

@@ -1,9 +1,7 @@
-"""The top-16 select's launch policy, every choice in one place: the shape of the levels over
-a row of W score columns (``SelectShape``, fixed per plan), how many programs share a row
-when rows are few (``plan_split``), how many warps run a CP push program (``push_warps``),
-which rows go to the one-warp PTX block (``warp_select_keys``), and which selects the
-scorer launches early under PDL (``release_select``). The numbers below were chosen by
-measurement on an H200; the figures are in ``bench/PERF.md``."""
+"""The top-16 select's launch policy, every choice in one place: the levels' shape
+(``SelectShape``), programs a row (``plan_split``), a CP push's warps (``push_warps``) and
+rows for the PTX block (``warp_select_keys``), early release under PDL
+(``release_select``); measured choices (``bench/PERF.md``)."""
 
 from __future__ import annotations
 
@@ -36,8 +34,7 @@ WIDE_MAX_GROUP = 8  # widest group of those two levels (warp_groups_top16 loads 
 class SelectShape(NamedTuple):
     """The levels of ``levels.top16`` over a row (all powers of two): a row longer than
     ``chunk`` columns is ``supers`` supergroups of ``per_super`` groups of ``group`` columns.
-    The select kernels take it whole, as the one constexpr SELECT (a tuple: Triton
-    specializes on its values)."""
+    The select kernels take it whole, as the one constexpr SELECT."""
 
     chunk: int
     supers: int
@@ -48,13 +45,7 @@ class SelectShape(NamedTuple):
     def for_width(cls, width: int, max_chunk: int = MAX_CHUNK, group: int = MAX_GROUP) -> SelectShape:
         """The shape for rows of ``width`` columns: one chunk up to ``max_chunk``, else
         supergroups of (up to) 8 groups of (up to) ``group`` columns, at most MAX_SUPERS
-        supergroups while the groups fill 8 per supergroup.
-
-        Each level selects 16 of at least 16 (tl.topk needs k <= n). Groups of 8 (the stock
-        select): 8192 columns are 128 supergroups of 8 groups of 8, every select over 128
-        keys. Groups of 4 (PUSH_GROUP, the CP push, whose rows are shorter and more
-        numerous): 4096 columns are 128 x 8 x 4, 2048 64 x 8 x 4; 8192 (CP 1 only)
-        128 x 16 x 4, its second select over 256."""
+        supergroups while the groups fill 8 per supergroup."""
         padded = triton.next_power_of_2(max(width, 16))
         if padded <= max_chunk:
             # Single level always; the three-level branch still needs valid shapes to compile.
@@ -78,14 +69,8 @@ def check_split(split) -> None:
 
 def select_split(programs: int, width: int, sms: int) -> int:
     """Programs per row for a top-16 over ``programs`` rows x heads of ``width`` columns on
-    ``sms`` SMs: 1 for a row of one chunk (MAX_CHUNK columns: one select, where a split
-    adds a count and a merge), else doubled from 1 while the grid stays within
-    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns — and 1 if that
-    comes to fewer than MIN_SPLIT slices.
-
-    Why: one program a row runs three dependent selects over a long row while most SMs
-    idle; slices run them side by side, and pay a count and a merge of their 16s. That pays
-    only while the grid leaves SMs free and each slice is long."""
+    ``sms`` SMs: 1 for a row of one chunk, else doubled while the grid stays within
+    SPLIT_PER_SM programs per SM and each slice keeps MIN_SLICE columns (1 below MIN_SPLIT)."""
     padded = triton.next_power_of_2(max(width, 16))
     if padded <= MAX_CHUNK:
         return 1
@@ -96,31 +81,16 @@ def select_split(programs: int, width: int, sms: int) -> int:
 
 
 def release_select(programs: int, warps: int = 4, columns: int = 0) -> bool:
-    """Whether the scorer lets a select of ``programs`` programs (rows x heads x split) of
-    ``warps`` warps and ``columns`` columns each launch at once under PDL (``score_pages``'
-    release) rather than at its end: a grid of a few programs (RELEASE_PROGRAMS), or
-    one-warp programs of at most RELEASE_COLUMNS columns (a CP push queued several to an SM
-    anyway, ``push_warps``). Early, the launch is hidden, but the programs land several to
-    an SM on the SMs the scorer frees first, and while they wait there they hold slots the
-    scorer's last programs would take: that costs a grid of latency-bound four-warp selects
-    — one program a row and head already from a handful of rows — and one of long one-warp
-    selects, more than it saves."""
+    """Whether the scorer lets a select of ``programs`` programs of ``warps`` warps and
+    ``columns`` columns launch at once under PDL: at most RELEASE_PROGRAMS programs, or
+    one-warp programs of at most RELEASE_COLUMNS columns."""
     return programs <= RELEASE_PROGRAMS or (warps == 1 and columns <= RELEASE_COLUMNS)
 
 
 def push_warps(programs: int, one_chunk: bool, sms: int, warp_select: bool = False) -> int:
-    """Warps per program of the CP push (``kernels.cp.push_kernel``): a row that goes to the
-    PTX block (``warp_select_keys``: a GPU's row of 512-1024 keys, its columns or its
-    groups') runs on one warp from WARP_SELECT_PER_SM programs per SM;
-    otherwise 4 while there are fewer than QUEUED_PER_SM programs per SM (each select's
-    latency counts), else 1 for a one-chunk select and 2 for a three-level one (throughput
-    counts).
-
-    Why: one warp's ``tl.topk`` runs in registers and shuffles, four warps' through shared
-    memory and barriers, so one warp is slower alone but gives more throughput once
-    programs queue on every SM; a three-level select, whose first level reduces the whole
-    row, does best on two. The PTX block is one warp's by construction.
-    """
+    """Warps per CP push program: 1 for the PTX block's rows (``warp_select_keys``) from
+    WARP_SELECT_PER_SM programs per SM; else 4 below QUEUED_PER_SM programs per SM, then 1
+    for a one-chunk select and 2 for a three-level one."""
     if warp_select and programs >= WARP_SELECT_PER_SM * sms:
         return 1
     if programs < QUEUED_PER_SM * sms:
@@ -140,10 +110,8 @@ def fit_split(split: int, programs: int, width: int) -> int:
 def plan_split(
     requested: int | None, programs: int, width: int, device, shape: SelectShape
 ) -> tuple[int, int, SelectShape]:
-    """(split, columns per slice, a slice's select shape) for a top-16 over ``programs`` rows
-    x heads of ``width`` columns whose whole-row shape is ``shape``: ``requested`` (None:
-    ``select_split`` on a GPU, 1 elsewhere) lowered by ``fit_split``. Unsplit, the slice is
-    the whole padded row and its shape ``shape``."""
+    """(split, columns per slice, a slice's ``SelectShape``) for ``programs`` rows of
+    ``width`` columns (whole-row ``shape``): ``requested`` or ``select_split``, fitted."""
     if requested is None:
         requested = select_split(programs, width, sm_count(str(device))) if device.type == "cuda" else 1
     split = fit_split(requested, programs, width)
@@ -159,12 +127,10 @@ def _slice_shape(columns: int, max_chunk: int) -> SelectShape:
 
 
 def warp_select_keys(split: int, columns: int, shape) -> int:
-    """Keys a push program's row gives the PTX block (on a GPU, where the program is one
-    warp: ``push_warps``), or 0 where the push keeps ``tl.topk``: a row of one program
-    (split 1) and MIN_COLUMNS .. MAX_COLUMNS keys — its columns if it is one chunk
-    (``shape``: its ``SelectShape``), else its groups' stand-in keys
-    (``levels.warp_groups_top16``, two levels where ``top16`` takes three): one per
-    ``shape.group`` columns, or WIDE_MAX_KEYS of wider groups (``push_group``)."""
+    """Keys a push program's row gives the PTX block (a GPU's one-warp program), or 0 where
+    the push keeps ``tl.topk``: a row of one program and MIN_COLUMNS .. MAX_COLUMNS keys —
+    its columns if it is one chunk (``shape``), else its groups' stand-in keys
+    (``levels.warp_groups_top16``: one per ``shape.group`` columns, or WIDE_MAX_KEYS)."""
     if columns <= shape.chunk:
         keys = columns
     else:
@@ -176,19 +142,15 @@ def warp_select_keys(split: int, columns: int, shape) -> int:
 
 def push_group(columns: int, keys: int, shape) -> int:
     """The push's GROUP for rows of ``columns`` columns whose select is ``shape`` and whose
-    block takes ``keys`` keys (``warp_select_keys``; 0: none): a row wider than a chunk in
-    two levels on one warp takes groups of columns / keys (4 at 2048 columns, 8 at 4096),
-    every other row its shape's."""
+    block takes ``keys`` keys (``warp_select_keys``; 0: none): columns / keys for a row
+    wider than a chunk on one warp (4 at 2048 columns, 8 at 4096), else its shape's."""
     return columns // keys if keys and columns > shape.chunk else shape.group
 
 
 def force_select(decode, *, split: int | None = None, max_chunk: int | None = None):
-    """Fix ``decode``'s select shape in place of the policy's, before its first plan, and
-    return it: ``split`` programs per row (a power of two up to MAX_SPLIT; None keeps the
-    policy) and, for a CP decode, ``max_chunk`` columns a select ranks at once (a power of
-    two from 16 up to MAX_CHUNK; 16 takes any row past 16 pages through the three-level
-    select). For the tests and the bench, which check and time every shape on small inputs;
-    a server leaves the policy, so no decode's constructor takes these."""
+    """Fix ``decode``'s select shape before its first plan, and return it (the tests' and
+    the bench's): ``split`` programs per row (a power of two up to MAX_SPLIT; None keeps the
+    policy), for a CP decode ``max_chunk`` columns a select ranks at once (16 .. MAX_CHUNK)."""
     check_split(split)
     if decode.width:
         raise ValueError("decode: its select is fixed by its first plan; force_select before plan()")

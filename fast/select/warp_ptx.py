@@ -1,31 +1,7 @@
 """A warp's exact top 16 of int64 keys in one inline-PTX block: the CP push's select on one
-warp over 512-1024 keys (a row's columns, or a wider row's group keys), where ``tl.topk``'s
-bitonic network (int64 compares, hundreds of shuffles) would be the push's bulk.
-
-Keys are ``levels``' KEY_EXACT keys (below 2^49; 0 = no page); each of the warp's 32
-lanes holds P of them (P = columns / 32, any assignment of columns to lanes). Two passes
-of 32-bit work only:
-
-- A: T = the 16th largest ``hi = key >> 17``, by a sorting network over each lane's P
-  values, then five butterfly rounds (``shfl.bfly``) that merge the lanes' sorted lists
-  two by two, keeping 16 (bitonic: max of one list and the other reversed, then
-  half-cleaners). If exactly 16 keys have ``hi >= T`` they are the top 16 (the common case).
-- B (ties at T, or fewer than 16 valid keys): among ``hi == T`` the same network over ``v =
-  (key & 0x1FFFF) + 1`` (0 elsewhere) gives T2, the ``need``-th largest (need = 16 -
-  #{hi > T}). The top 16 are the keys with hi > T, those with hi == T and v > T2, and
-  copies of ``K* = T << 17 | (T2 - 1)``, the key whose v is T2 — unique when valid (a row's
-  pages are), else the no-page 0, of which any number are equal.
-
-The block returns, per key register, ``o`` = ``key | (slot + 1) << 56`` for a selected key
-(slots 0 .. filled - 1, numbered over lanes by a prefix sum) or 0, and ``f`` = ``K* |
-filled << 56`` (the same in every register): the caller stores the selected keys at their
-slots and K* at slots filled .. 15. The output is the top 16 as a set (unordered), which is
-all the push's readers need (the merge sorts its candidates).
-
-Exact by construction; checked on the CPU by simulating the PTX over 32 lanes
-and on the GPU against ``tl.topk`` (both in tests/test_warp_select.py).
-The interpreter cannot run inline PTX: there the push keeps ``select16``.
-"""
+warp over 512-1024 keys, where ``tl.topk``'s bitonic network would be the push's bulk. Its
+two passes and output: docs/KERNELS.md, "The one-warp top-16" (checked lane by lane on the
+CPU and against ``tl.topk`` on GPUs: tests/test_warp_select.py)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,6 @@
 """The exact best ``m`` columns of a row of one chunk as a set, each with its place in column
-order: the select of an output that lists its blocks ascending (the MSA stock select,
-docs/DESIGN.md §10.3), where no order among the chosen is needed.
-
-The exact key orders columns by score descending, then by page ascending; columns map to
-pages in order, so its best ``m`` are every column scoring above ``T``, the ``m``-th largest
-score counted with repeats, then the lowest columns scoring exactly ``T`` until there are
-``m``. Finding ``T`` takes a select over the scores' 32-bit ordered bits alone, where the
-64-bit keys that carry a page (``levels.KEY_EXACT``) double every step of the sorting
-network; the set and each chosen column's place then follow from one running count
-(bench/PERF.md has the figures).
-"""
+order: the MSA stock select's output, ascending (docs/DESIGN.md §10.3). Why no key is
+built: docs/KERNELS.md, "The ascending select"."""
 
 import triton
 import triton.language as tl
@@ -42,12 +33,7 @@ def best_in_column_order(score, cols, lo, hi, m, SORT: tl.constexpr):
     ``cols`` (1-D, a power of two >= 16 long): ``chosen`` where a column is among them,
     ``place`` its rank among the chosen in column order (0-based; meaningless elsewhere).
     ``score`` holds fp32 scores of ``cols``; what it holds outside ``[lo, hi)`` is ignored.
-    Scores order as floats with -0 below +0 (the exact key's order).
-
-    The caller loads ``score`` from the row's start, not from ``lo``: an aligned row loads
-    16 bytes a thread, and the layout that gives (runs of columns a thread) keeps the first
-    steps of the sorting network in registers; loaded from ``lo`` (any column), each step is
-    a shuffle."""
+    Scores order as floats with -0 below +0 (the exact key's order)."""
     valid = (cols >= lo) & (cols < hi)
     bits = tl.where(valid, score, 0.0).to(tl.int32, bitcast=True)
     # the ordered bits with the sign flipped: unsigned order is the floats' order; a column

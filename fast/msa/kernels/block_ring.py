@@ -1,43 +1,7 @@
 """A ring of 64-token half-blocks in shared memory for the MSA mma scorer
-(``msa/kernels/scorer_mma.py``), each half-block (8 KB of E4M3, 16 KB of BF16) moved by the copy
-engine on one thread's instruction, completing on the slot's mbarrier; every thread then
-reads its own 16-byte runs of the slot back. Two ways in:
-- ``issue_tensor``: tensor copies through the cache's tensor map (``fast.msa.tensor_map``),
-  boxes of 64 rows x 128 bytes (E4M3 one, BF16 two), each row's 16-byte runs swizzled by
-  the row (run j of row t at j ^ (t % 8): the 128-byte swizzle);
-- ``issue``: one 1D bulk copy (``cp.async.bulk``) of the half-block as it lies — where the
-  scorer has no map (a CUDA graph captured before the cache's first call).
-
-Why the swizzle: a warp's 16-byte read-back takes 8 threads a shared-memory cycle, two
-tokens' 4 runs each. Rows as they lie are 128 (E4M3) or 256 bytes (BF16) apart, so those
-two tokens' runs fall on the same banks: a 2-way conflict on every E4M3 read, 4-way on
-BF16 (two of a thread's runs 128 bytes apart as well). Swizzled, the 8 runs of a cycle
-are 8 different 16-byte bank groups. Measured faster than the 1D copies at every shape
-of the bench with the map's L2 promotion at 128 bytes; at 256 the copies landed later and
-lost (bench/PERF.md).
-
-Why the copy engine: a ring of per-thread ``cp.async`` copies costs every thread four
-(E4M3) or eight (BF16) 16-byte copies a half-block, each an instruction with its own
-address, and holds them in the LSU's queues; a bulk or tensor copy is one instruction of
-one thread. Measured faster at every shape but the smallest grid's (bench/PERF.md).
-
-Why PTX, as ``page_ring.py`` says for the NVFP4 ring: Gluon's shared-memory analysis would
-put a CTA barrier around every copy and mbarrier operation (its own TMA copies measured so
-for the NVFP4 pages). Here the ring is a ``.shared`` array the analysis never sees, and
-each slot, phase and offset a constant in the instruction. The 1D copy and the bounded
-wait are ``page_ring``'s own instructions.
-
-Protocol (a kernel that unrolls its half-blocks; ring slot ``n % STAGES`` holds half-block
-n): ``declare`` once per program, then a CTA barrier; ``issue`` (or ``issue_tensor``)
-half-blocks 0 .. STAGES - 2 before the loop; at half-block k ``wait``, ``read`` (SWIZZLED
-as the copies were), and (k + STAGES - 1 exists) a CTA barrier — every thread has read
-half-block k - 1, whose slot that copy overwrites — then issue it. A ring of two slots
-issues that copy (half k + 1) before k's wait instead, after the barrier (none at k = 0: the
-slot is fresh), so that a waiting program has two half-blocks in flight, not one. Every
-issued half-block is waited for, so none is in flight when the program ends. The barrier measured no slower
-than a second mbarrier a slot on which the readers arrive and the issuing thread waits
-(bench/PERF.md).
-"""
+(``scorer_mma.py``), filled by tensor copies through the cache's map (128-byte swizzle) or
+by 1D bulk copies; every thread reads back its own 16-byte runs. Protocol, the swizzle and
+why the copy engine: docs/KERNELS.md, "The MSA block ring"."""
 
 from __future__ import annotations
 
@@ -54,8 +18,7 @@ _BOX_BYTES = BOX_ROWS * BOX_ROW_BYTES
 _BOX = gl.constexpr(_BOX_BYTES)  # the same, for the read-back's address
 _RING = "fast_block_ring"
 _BARS = "fast_block_bars"
-# The mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned, as the q tile's
-# 128-byte swizzle needs (a wgmma reads it by absolute address bits). More mbarriers go in here.
+# the mbarriers, padded: the dynamic buffers after the ring stay 1 KB aligned (wgmma's swizzle)
 _BAR_BYTES = 1024
 
 

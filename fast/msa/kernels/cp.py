@@ -1,15 +1,6 @@
 """The MSA format's own CP kernels (docs/DESIGN.md §10.4): the plan's compact table and the
-push. The q exchange and the merge are the protocol's (``kernels.cp``, with the format's
-word count and output); so are the two buffer sets, the spins and the error record.
-
-Rank r holds global blocks ``g = j * CP + r``. The scorer masks tokens at their global
-positions, so the plan hands it the real length of a long request: no page is invented
-and the compact width is ``ceil(P / CP)``. A row's candidates, ``init <= g < min(n -
-local, P)``, are one contiguous range of the rank's columns, ``[ceil((init - r) / CP),
-ceil((min(n - local, P) - r) / CP))``: the push selects on the row from that range's first
-column as if it began at column 0 and shifts the keys back (their low 16 bits hold 0xFFFF
-- block), as the stock select does.
-"""
+push; the exchange and the merge are the protocol's (``kernels.cp``). The candidates'
+range on a rank: docs/KERNELS.md, "The MSA CP kernels"."""
 
 import triton
 import triton.language as tl

@@ -1,8 +1,7 @@
 """How the MSA mma scorer (``scorer_mma.py``) gets a column's keys: each 64-token
 half-block into the shared-memory ring (``block_ring.py``: a tensor copy through the cache's
 map, or a 1D bulk copy), or, where that ring does not fit, each thread's own bytes by
-``cp.async`` into a dynamic ring; and the program's block ids, read once.
-"""
+``cp.async`` into a dynamic ring; and the program's block ids, read once."""
 
 from __future__ import annotations
 
@@ -103,11 +102,8 @@ def refill(
 ):
     """The bulk ring's copy at step k, called before half-block k's wait and after its read
     (BEFORE_WAIT says which): half k + STAGES - 1 (where the program's HALVES have one) into
-    the slot half k - 1 used, after a barrier (every thread has read that slot). It goes out
-    at one of the two calls. Two slots: before the wait — else a program waiting on k has
-    nothing else in flight — and at k = 0 without the barrier (the slot is fresh). From
-    three slots: after the read, as the early order measured level or slower there
-    (bench/PERF.md)."""
+    the slot half k - 1 used, after a barrier (every thread has read that slot): before the
+    wait in a ring of two (at k = 0 without the barrier), after the read from three."""
     if BEFORE_WAIT == (STAGES == 2) and k + STAGES - 1 < HALVES:
         if k > 0 or not BEFORE_WAIT:
             gl.thread_barrier()

@@ -1,7 +1,6 @@
 """The MSA format's own per-row rule (docs/DESIGN.md §10.1), spelled once for its kernels;
 the rules both formats share are ``fast.kernels.rules``' (the reference's twin:
-``reference.msa.rules``).
-"""
+``reference.msa.rules``)."""
 
 import triton
 import triton.language as tl

@@ -1,15 +1,6 @@
-"""The MSA block scorer (docs/DESIGN.md §10.2) for BF16 and FP8 (E4M3) keys: one kernel for
-GPUs and the interpreter.
-
-The page's 128 tokens sit on M and the query rows on N of one ``tl.dot`` with 16-bit
-operands and fp32 accumulators (Hopper's FP8 MMA does not accumulate in fp32). E4M3 to f16
-is exact (``kernels.e4m3``: by the hardware, or in integers on sm_80 / 86, which have
-none). Elements arrive as their bits (uint8 / int16), because "unwritten" is a bit
-pattern: a query row holding a NaN element stores NaN, and its operand is zeroed. The
-interpreter has no bf16 arithmetic (it reads bf16 as integers), so there (``INTERPRETER``)
-bf16 bits are widened to fp32 exactly and the dot is an IEEE fp32 one, its products exact
-as a bf16 MMA's are.
-"""
+"""The MSA block scorer (docs/DESIGN.md §10.2) for BF16 and FP8 keys by ``tl.dot``: one
+kernel for GPUs and the interpreter. Operands, NaN rows and the interpreter's bf16:
+docs/KERNELS.md, "The MSA dot scorer"."""
 
 import triton
 import triton.language as tl

@@ -1,35 +1,7 @@
-"""The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 (and BF16) keys: 64-token
-half-blocks reach a shared-memory ring by tensor copies (``msa/kernels/block_ring.py``: one thread, the
-cache's tensor map, the 128-byte swizzle), each thread reads back the key bytes of its own
-MMA fragment and widens them in registers (Gluon); the block maxima stay per thread until
-the program's end. Without a map (a CUDA graph captured before the cache's first call:
-``tensor_map.cached``) the same ring is filled by 1D bulk copies of the half-blocks as
-they lie. Where that ring does not fit the static shared memory (``fast.msa.scorer.ring_feed``),
-each thread copies its own bytes into a dynamic ring by 16-byte ``cp.async`` copies
-instead (BULK off).
-
-Why: the ``tl.dot`` scorer (``scorer_dot.py``, the interpreter's) hands the compiler a
-converted [128, 128] tile that it stages through shared memory, and reduces each block's
-maximum across warps; for E4M3 that costs a third or more of the read ceiling. Loading the
-fragments straight into registers instead (one block ahead) leaves the loads' timing to
-ptxas, which at N 32 issues the next block's loads only after the current block's MMA (the
-registers are taken): a memory latency a block. The ring's copies hold no registers, so
-STAGES - 1 half-blocks stay in flight whatever the MMA does (bench/PERF.md).
-
-The trick: the dot product's dimension may be permuted if q is permuted alike
-(``column_order.py``: the NVFP4 scorer's order), so a lane's 32 columns of a token are 32
-contiguous elements: 32 bytes of E4M3 (two 16-byte shared loads) or 64 of BF16 (four).
-E4M3 widens to f16 exactly (``cvt``, two elements an instruction); BF16 is the operand as
-it lies. Once per program, after its block ids (one load: none in the loop) and its first
-copies went out, q is loaded in the same order.
-
-Up to 8 rows the MMA is the per-warp ``mma.sync`` m16n8k16 (q in registers); above, wgmma
-with A from registers and q from shared memory, N the rows rounded up to a power of two.
-Each 64-token half-block gives a thread tokens 16 w + gid and 16 w + gid + 8 of every row;
-the token-level mask applies only on a block some scored row cannot see whole (the last one
-or two of a request). The page maxima are ``page_maxima.py``'s. Scores equal the
-reference's within its fp32-order bound and, on exact-arithmetic inputs, bit for bit.
-"""
+"""The GPU MSA block scorer (docs/DESIGN.md §10.2) for E4M3 and BF16 keys (Gluon, sm_90):
+half-blocks through the ring (``block_ring.py``, fed by ``loads.py``), each thread's
+fragment widened in registers, maxima per thread until the program's end.
+Why this structure: docs/KERNELS.md, "The MSA mma scorer"."""
 
 from __future__ import annotations
 
@@ -113,16 +85,7 @@ def msa_score_kernel_mma(
     docs/DESIGN.md §10.2): a column is computed when its global block ``g < min(ceil(len /
     128), P)`` and stored in a row when also ``128 g <= pos``; a row whose query holds a NaN
     element stores NaN; an id outside ``[0, N)`` is never loaded, its stored rows get NaN
-    and with RECORD the program's first is recorded (the first writer of the record wins).
-
-    Why one axis with a request's programs adjacent: programs start in id order, so
-    neighbouring column chunks of a row run at the same time and their stores into the
-    row's 32-byte sectors land together. At 4 columns a program (N 32) a row's store is 16
-    bytes, half a sector; interleaving the requests (a [B, C] grid) measured slower there
-    (bench/PERF.md), half sectors written far apart being the likely cause.
-
-    E4M3_MMA: the E4M3 bytes are the operands as they lie, by wgmma k32 at every N (sm_90
-    has no E4M3 ``mma.sync`` of its own), so that a score never depends on N."""
+    and with RECORD the program's first is recorded (the first writer of the record wins)."""
     MMA_SYNC: gl.constexpr = ROWS == 8 and not E4M3_MMA
     WIDTH: gl.constexpr = 4 if E4M3_MMA else 2  # the operand's consecutive k a register
     if MMA_SYNC:
@@ -158,9 +121,7 @@ def msa_score_kernel_mma(
             for n in gl.static_range(STAGES - 1):
                 copy_half(ring, n, STAGES, k_ptr, blocks)
                 async_copy.commit_group()
-        # q in logical column order, its rows loaded whole (column_order.py). A row holding
-        # a NaN element is unwritten: its scores come out NaN or not (the maxima may drop a
-        # NaN) and are stored as NaN either way, so its elements go in as they are.
+        # q in logical column order; a NaN row's elements go in as they are (stored NaN anyway)
         q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
         q_unwritten = gl.max(is_nan_element(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
         q_op = store_q_tile(_operand(q_raw, IS_FP8, E4M3_MMA), mma, MMA_SYNC)
@@ -169,11 +130,7 @@ def msa_score_kernel_mma(
         maxima = alloc_maxima(PAD, PARTS, ROWS)
         zeros = gl.zeros([64, ROWS], gl.float32, layout=mma)
         run = own_tokens_max(zeros)
-        # half-block k is read from slot k % STAGES; the copy of half k + STAGES - 1 goes out
-        # into the slot of half k - 1 as k is read (bulk: ``refill``, before k's wait in a
-        # ring of two slots). cp.async: every step commits a group,
-        # empty past the program's last half, so "STAGES - 2 groups pending" always means
-        # half k has landed.
+        # half k from slot k % STAGES; half k + STAGES - 1 refills the slot of half k - 1
         for k in gl.static_range(2 * PPP):
             if BULK:
                 refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)

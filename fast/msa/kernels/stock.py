@@ -1,13 +1,7 @@
 """The MSA selection's kernels (docs/DESIGN.md §10.3): each request's id bounds over the
 columns the MSA decode reads, and the stock select — forced windows by rule, the best
-candidates by the exact key, the output ascending.
-
-The candidates of a row are one contiguous range of global blocks, ``init <= g < min(n -
-local, P)``; a rank holding every CP-th block sees them as one contiguous range of its
-columns. So the select runs on the row from that range's first column, as if the range
-began at block 0, and the keys are shifted back after (the low 16 bits hold 0xFFFF -
-block): no key is ever built for a forced or a past-the-range column.
-"""
+candidates by the exact key, the output ascending (docs/KERNELS.md, "The MSA stock
+kernels")."""
 
 import triton
 import triton.language as tl
@@ -108,10 +102,7 @@ def msa_stock_select_kernel(
     s = tl.program_id(2)
     b, i, slot = row_query(t, QLEN)
     lo = init
-    # A slice of one chunk is loaded with the length, not one round trip after it (the
-    # select is a chain of dependent steps: latency-bound), every column the table holds;
-    # the select masks those outside the row's candidates. A whole row (SPLIT 1) from its
-    # start (best_in_column_order says why), a slice from column lo on (row_top16's).
+    # a one-chunk slice loads with the length (the select is latency-bound), masked later
     start = score_ptr + b.to(tl.int64) * stride_sb + (slot * HS + h) * stride_sr
     row_ptr = start + lo
     cols = s * SLICE + tl.arange(0, SLICE)
