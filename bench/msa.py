@@ -34,13 +34,14 @@ def block_bytes(key_format: str) -> int:
 
 
 def random_keys(blocks: int, key_format: str, device) -> torch.Tensor:
-    """[blocks, 128, 128] keys ~ N(0, 1) in the format, made on the device."""
+    """[blocks, 128, 128] keys ~ N(0, 1) in the format (rounded through bf16), made on the
+    device slice by slice straight into the cache (no bf16 copy of the whole cache)."""
     gen = torch.Generator(device=device).manual_seed(3)
-    keys = torch.empty(blocks, PAGE, HEAD_DIM, device=device, dtype=torch.bfloat16)
+    keys = torch.empty(blocks, PAGE, HEAD_DIM, device=device, dtype=KEY_FORMATS[key_format])
     for start in range(0, blocks, 4096):  # in slices: one fp32 tensor of every key would not fit
         part = keys[start : start + 4096]
-        part.copy_(torch.randn(part.shape, generator=gen, device=device))
-    return keys.to(KEY_FORMATS[key_format])
+        part.copy_(torch.randn(part.shape, generator=gen, device=device).to(torch.bfloat16))
+    return keys
 
 
 # msa_scorer_section's hot rows: at HOT_GRID (batch, context) every column one of HOT_BLOCKS
