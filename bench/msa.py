@@ -122,8 +122,10 @@ def msa_scorer_section(
                     | {"GBps": gbps, "of_read_ceiling": gbps / read_ceiling}
                     | ({"variant": variant} if variant else {})
                 )
+        # freed to PyTorch's allocator, not the driver: after an empty_cache() here the next
+        # format's first row read 14-16% slow (H100; bench/PERF-HISTORY.md, fiftieth session)
         del cache
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache()
     return rows
 
 
