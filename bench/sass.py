@@ -74,7 +74,7 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES
+from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, for_kernel
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -162,11 +162,10 @@ def scorer_sass(
         ring_constants = mma_constants(dtype, rows, ppp, ring, mma)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
             options["maxnreg"] = ring_constants.pop("maxnreg")
+        constexprs |= ring_constants
         if loads_only:  # the probe's kernel takes the same operands and ring
-            ring_constants.pop("E4M3_MMA")
-        src = _source(
-            msa_score_kernel_loads if loads_only else msa_score_kernel_mma, signature, constexprs | ring_constants
-        )
+            constexprs = for_kernel(msa_score_kernel_loads, constexprs)
+        src = _source(msa_score_kernel_loads if loads_only else msa_score_kernel_mma, signature, constexprs)
         num_warps = 4
     elif kernel == "wgmma":
         rows = mma_rows(live)
@@ -189,8 +188,8 @@ def scorer_sass(
             constexprs["IN_CACHE"] = every_id
         fn = score_kernel_wgmma
         if loads_only:  # the probe's kernel, fed from registers, the table through L1
-            constexprs = {k: v for k, v in constexprs.items() if k not in ("RING", "TABLES", "E4M3_MMA")}
             fn = score_kernel_loads
+            constexprs = for_kernel(fn, constexprs)
         fields = list(_SIGNATURE.items())
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         src = _source(fn, {k: v for k, v in fields if k != "TOK"}, constexprs)

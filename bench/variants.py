@@ -39,6 +39,13 @@ PROBE_DECODES = {"signless": signless_groups, "none": moves_groups}
 DECODES = ("exact", *PROBE_DECODES, "e4m3")
 
 
+def for_kernel(kernel, options: dict) -> dict:
+    """A scorer's launch ``options`` for ``kernel``, a probe launched in its place: the
+    constexprs (upper case) it does not take left out, every launch keyword kept."""
+    params = {p.name for p in kernel.params}
+    return {k: v for k, v in options.items() if not k.isupper() or k in params}
+
+
 def variant_launch(
     q_tile: torch.Tensor,
     k_cache: torch.Tensor,
@@ -157,15 +164,13 @@ def variant_launch(
             o["GROUP_DECODE"] = PROBE_DECODES[decode]
         if not guard:
             o["IN_CACHE"] = every_id
-        if loads_only:  # the probe's own kernel: the register feed's loads, nothing else
-            for name in ("RING", "TABLES", "E4M3_MMA"):
-                o.pop(name)
-            launch.kernel = score_kernel_loads
         if register_cap != "auto":
             o.pop("maxnreg", None)
             if register_cap is not None:
                 o["maxnreg"] = register_cap
         launch.grid = (batch, triton.cdiv(width, o["PPP"]))
+        if loads_only:  # the probe's own kernel: the register feed's loads, nothing else
+            launch.kernel, launch.options = score_kernel_loads, for_kernel(score_kernel_loads, o)
     elif pages_per_program:
         o["V"] = pages_per_program
         launch.grid = (batch, triton.cdiv(width, pages_per_program))
@@ -262,8 +267,7 @@ def block_variant_launch(
     launch.args = (*launch.args[:-1], 0 if tmap is None else tmap.data_ptr())
     launch.grid = (q_tile.shape[0] * triton.cdiv(out.shape[2], ppp),)
     if loads_only:
-        o.pop("E4M3_MMA")
-        launch.kernel = msa_score_kernel_loads
+        launch.kernel, launch.options = msa_score_kernel_loads, for_kernel(msa_score_kernel_loads, o)
     return launch
 
 

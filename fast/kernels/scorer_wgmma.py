@@ -396,7 +396,7 @@ def score_kernel_wgmma(
         # column gets NaN (not a score), and the record names the first such column.
         live = (j < n) & (page < PPP)
         ids = gl.load(bt_row + j, mask=live, other=0)
-        bad = live & ~(live & IN_CACHE(ids, num_blocks))
+        bad = live & ~(live & IN_CACHE(ids, num_blocks))  # so that a hook returning True folds
         best = gl.where(bad[:, None], float("nan"), best)
         if RECORD:
             column = gl.min(gl.where(bad, j, 2**31 - 1), axis=0)
