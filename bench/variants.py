@@ -16,7 +16,8 @@ import triton
 from fast import scorer
 from fast.backend import pdl_options
 from fast.checks import check_int, score_shapes
-from fast.kernels.page_maxima import partial_maxima
+from fast.kernels import page_ring
+from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
 from fast.kernels.page_ring import MAX_RING
 from fast.msa import tensor_map
 from fast.msa.kernels import block_ring
@@ -37,6 +38,8 @@ VARIANT_KERNELS = ("wgmma", "prmt", "table")
 # (``variant_launch``'s decode)
 PROBE_DECODES = {"signless": signless_groups, "none": moves_groups}
 DECODES = ("exact", *PROBE_DECODES, "e4m3")
+# the wgmma kernel's partial maxima a page and row (``page_maxima.page_max``: 4 to 32 lanes kept)
+PARTIALS = (4, 8, 16, 32)
 
 
 def for_kernel(kernel, options: dict) -> dict:
@@ -65,6 +68,7 @@ def variant_launch(
     guard: bool = True,
     ring: int | None = None,
     tables: bool | None = None,
+    partials: int | None = None,
     error: torch.Tensor | None = None,
 ) -> scorer.ScorerLaunch | None:
     """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
@@ -87,7 +91,9 @@ def variant_launch(
     pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``), None its
     policy. tables: the wgmma kernel's scale table copied into shared memory (True) or
     gathered from global memory (False), None its policy (loads_only: from global memory).
-    error: an error record (``fast.errors.new_record``) the wgmma and table kernels write a
+    partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
+    or 32; fewer cost shuffle rounds a page and free shared memory for programs), None its
+    policy (``partial_maxima``). error: an error record (``fast.errors.new_record``) the wgmma and table kernels write a
     bad id or a ring timeout to. None where there is nothing to score.
     """
     device = q_tile.device
@@ -109,6 +115,8 @@ def variant_launch(
         raise ValueError(f"ring: {ring!r} (the wgmma kernel's: 0 .. {MAX_RING}; 0 with loads_only or blocks_ahead)")
     if tables is not None and (kernel != "wgmma" or not isinstance(tables, bool)):
         raise ValueError(f"tables: {tables!r} (the wgmma kernel's: True, False or None)")
+    if partials is not None and (kernel != "wgmma" or loads_only or partials not in PARTIALS):
+        raise ValueError(f"partials: {partials!r} (the wgmma kernel's: one of {PARTIALS}, not with loads_only)")
     if not guard and kernel != "wgmma":
         raise ValueError(f"guard: only the wgmma kernel's can be dropped, not {kernel!r}'s")
     if loads_only and kernel != "wgmma":
@@ -147,13 +155,18 @@ def variant_launch(
     o = launch.options
     if kernel == "wgmma":
         if pages_per_program:
-            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
+            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program, mma)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
+        o["PARTS"] = partials or o["PARTS"]
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included
         o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
         if loads_only and o["TABLES"]:
             raise ValueError("tables: the loads_only probe gathers the table through L1 (tables None or False)")
-        most = max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma)
+        # what fits beside this launch's own maxima (``max_ring`` prices the policy's)
+        most = min(
+            max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma),
+            ring_room(o["ROWS"], o["PPP"], o["PARTS"], o["TABLES"], mma),
+        )
         o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
         if o["RING"] > most:
             raise ValueError(
@@ -175,6 +188,12 @@ def variant_launch(
         o["V"] = pages_per_program
         launch.grid = (batch, triton.cdiv(width, pages_per_program))
     return launch
+
+
+def ring_room(rows: int, pages: int, parts: int, tables: int, mma: str) -> int:
+    """The largest page ring beside the wgmma kernel's dynamic shared memory at N ``rows``
+    with ``pages`` a program and ``parts`` partial maxima (``page_maxima.dynamic_bytes``)."""
+    return page_ring.max_ring(dynamic_bytes(rows, pages, parts, mma), tables)
 
 
 def _prmt_launch(q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps):

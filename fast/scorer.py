@@ -107,7 +107,7 @@ def shared_tables(rows: int) -> int:
 def shared_bytes(rows: int, pages: int, mma: str = "exact") -> int:
     """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program on the
     ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages), mma)
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages, mma), mma)
 
 
 def max_ring(rows: int, pages: int, tables: int | None = None, mma: str = "exact") -> int:
@@ -232,7 +232,7 @@ def plan_scorer(
             SLOT0=first_slot,
             PPP=ppp,
             ROWS=rows,
-            PARTS=partial_maxima(rows, ppp),
+            PARTS=partial_maxima(rows, ppp, mma),
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
             RING=ring_pages(rows, ppp, mma),

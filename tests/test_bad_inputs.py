@@ -445,6 +445,9 @@ FAST_SCORER = [
     Row("variant-cap-300", _variant(register_cap=300, kernel="wgmma"), ValueError, "register_cap"),
     Row("variant-cap-on-table", _variant(register_cap=80, kernel="table"), ValueError, "register_cap"),
     Row("variant-pages-per-program-0", _variant(pages_per_program=0), ValueError, "pages_per_program"),
+    Row("variant-partials-3", _variant(partials=3, kernel="wgmma"), ValueError, "partials"),
+    Row("variant-partials-on-table", _variant(partials=8, kernel="table"), ValueError, "partials"),
+    Row("variant-partials-loads-only", _variant(partials=8, loads_only=True, kernel="wgmma"), ValueError, "partials"),
 ]
 if DEV.type == "cuda":  # the wgmma kernel's shapes: a GPU's (elsewhere the kernel is refused first)
     # N 32 (4 heads, 8 slots) with 8 pages a program: its maxima leave no room for a ring

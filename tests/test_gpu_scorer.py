@@ -88,10 +88,11 @@ def test_gpu_and_table_scorers_are_bitwise_equal(pattern, hs, ppp, tok, ahead, k
     assert torch.equal(outs[0].view(torch.int32), outs[1].view(torch.int32))
 
 
-# The wgmma kernel's page feeds (pages a program, pages in its shared-memory ring): the ring
-# of 2 on the long programs the policy gives it (N 8 at 8 pages, N 16 at 4), the deepest
-# ring on short programs, and the register pipeline on long ones.
-PAGE_FEEDS = ((8, 2), (4, 2), (3, 4), (8, 0))
+# The wgmma kernel's page feeds (pages a program, pages in its shared-memory ring, partial
+# maxima a page and row): the ring of 2 on the long programs the policy gives it (N 8 at 8
+# pages, N 16 at 4), the deepest ring on short programs, the register pipeline on long ones,
+# and fewer partial maxima than the policy's (the bench's `partials`) on either feed.
+PAGE_FEEDS = ((8, 2, None), (4, 2, None), (3, 4, None), (8, 0, None), (4, 2, 8), (8, 0, 4), (8, 2, 16))
 
 
 # each example compiles its shapes afresh (first slot, N, route): a few examples a run
@@ -109,11 +110,11 @@ def test_every_page_feed_scores_exact_inputs_as_the_reference(cfg):
     want[:, : (SLOTS - q) * heads] = 1e30
     rows = mma_rows(q * heads)
     operands = (tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda())
-    for ppp, ring in PAGE_FEEDS:
+    for ppp, ring, partials in PAGE_FEEDS:
         if ring > max_ring(rows, ppp, shared_tables(rows), cfg.mma):
             continue
         got = torch.full_like(want, 1e30).cuda()
-        feed = {"pages_per_program": ppp, "ring": ring}
+        feed = {"pages_per_program": ppp, "ring": ring, "partials": partials}
         score_variant(*operands, got, kernel="wgmma", first_slot=SLOTS - q, decode=cfg.mma, **feed)
         assert torch.equal(got.cpu().view(torch.int32), want.view(torch.int32)), f"{cfg} fed {feed}"
 

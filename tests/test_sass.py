@@ -583,3 +583,31 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     assert mix["UTMALDG"] == scorer["mix"]["UTMALDG"] > 0 and probe["waits"] == scorer["waits"] == 2 * ppp, mix
     assert mix.get("HMMA", 0) == mix.get("HGMMA", 0) == 0, mix
     assert probe["runs"] == scorer["runs"] == 2 * ppp * runs, (probe["runs"], scorer["runs"])  # 16-byte loads
+
+
+# Hopper's shared memory an SM (228 KB, of which 1 KB goes to each resident program) and its
+# registers (64K 32-bit, handed out per warp in units of 256: 8 a thread)
+SM_SHARED, PROGRAM_RESERVED, SM_REGISTERS = 228 * 1024, 1024, 65536
+
+
+def test_the_e4m3_routes_n32_maxima_leave_room_for_the_programs_its_registers_allow(tmp_path):
+    """``partial_maxima``'s E4M3 rule at N 32, as the decode launches it (4 pages, the ring of
+    2): with 8 partials the kernel's shared memory holds as many programs an SM as its
+    registers do; the exact route's 32 would hold one fewer. The dynamic size is what
+    ``shared_bytes`` counts for the route."""
+    from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
+    from fast.scorer import long_row_pages, shared_bytes
+
+    rows, pages = 32, long_row_pages(32)
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", "e4m3", "--dump", str(tmp_path / "e.sass")]
+    done = _compile_only("-m", "bench.sass", *flags)
+    assert done.returncode == 0, done.stderr
+    usage = done.stdout.splitlines()[0]
+    regs, static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", " SHARED", "DYNAMIC"))
+    assert dynamic == shared_bytes(rows, pages, "e4m3"), usage
+    by_registers = SM_REGISTERS // (-(-regs // 8) * 8 * 128)
+
+    def by_shared(parts: int) -> int:
+        return SM_SHARED // (static + dynamic_bytes(rows, pages, parts, "e4m3") + PROGRAM_RESERVED)
+
+    assert by_shared(partial_maxima(rows, pages, "e4m3")) >= by_registers > by_shared(32), usage
