@@ -9,6 +9,10 @@ never a decode, never in ``fast``.
   16-bit halves, each four times, the first two XORed with the table entry's low word — one
   ``lop3`` a group, which keeps the scale bytes and their entries loaded as the decode has
   them: what a free decode would reach, the most any decode leaves the scorer.
+- ``moves_words`` (GROUP_DECODE_E4M3): the E4M3 route's no-decode probe. A group's four
+  words of E4M3 bytes are its code word's 32-bit halves, twice, the first XORed with the
+  table entry's low word (one ``lop3`` a group, as ``moves_groups``): what a free decode
+  would leave the E4M3 route.
 - ``every_id`` (IN_CACHE): no block-id guard, to price it.
 - ``score_kernel_loads``: the register-fed kernel's memory side alone — its loads, the q
   tile, each block's table entries gathered through L1 — folded into one store no GPU makes.
@@ -37,6 +41,11 @@ _MOVES_ASM = gl.constexpr(
     + "}\n"
 )
 _F16_OUTPUTS = gl.constexpr("=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,=h,l,l")
+# Word 0 is (low word ^ the table entry's low word), words 1-3 the code word's halves.
+_MOVES_E4M3_ASM = gl.constexpr(
+    "{\n.reg .b32 wlo, whi, tlo, thi;\nmov.b64 {wlo, whi}, $4;\nmov.b64 {tlo, thi}, $5;\n"
+    "xor.b32 $0, wlo, tlo;\nmov.b32 $1, whi;\nmov.b32 $2, wlo;\nmov.b32 $3, whi;\n}\n"
+)
 
 
 @gluon.jit
@@ -52,6 +61,15 @@ def moves_groups(codes, tables):
     """No decode: 16 fp16 [64, 8] of the code words' 16-bit halves (the module's docstring)."""
     return gl.inline_asm_elementwise(
         _MOVES_ASM, _F16_OUTPUTS, [codes, tables], dtype=(gl.float16,) * 16, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def moves_words(codes, tables):
+    """No E4M3 decode: 4 int32 [64, 8] of the code words' 32-bit halves (the module's
+    docstring)."""
+    return gl.inline_asm_elementwise(
+        _MOVES_E4M3_ASM, "=r,=r,=r,=r,l,l", [codes, tables], dtype=(gl.int32,) * 4, is_pure=True, pack=1
     )
 
 

@@ -74,7 +74,7 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, for_kernel
+from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, decode_mma, for_kernel
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -140,7 +140,7 @@ def scorer_sass(
     probe of the kernel's loads in its place (``variant_launch``' and
     ``block_variant_launch``'); decode: the wgmma kernel's decode or a probe of it, guard
     False: the wgmma kernel without its block-id guard (``variant_launch``')."""
-    mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3-MMA route, as the launchers take it
+    mma = decode_mma(decode)  # the E4M3-MMA route (or its probe), as the launchers take it
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
     options: dict = {}
@@ -183,7 +183,8 @@ def scorer_sass(
             "E4M3_MMA": mma == "e4m3",
         }
         if decode in PROBE_DECODES:
-            constexprs["GROUP_DECODE"] = PROBE_DECODES[decode]
+            hook, probe = PROBE_DECODES[decode]
+            constexprs[hook] = probe
         if not guard:
             constexprs["IN_CACHE"] = every_id
         fn = score_kernel_wgmma

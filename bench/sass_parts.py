@@ -23,6 +23,7 @@ from .sass_listing import OPCODE, main_loop_span
 _FUNCTION_PART = {
     "_dequant_fragment": "decode",
     "decode_groups": "decode",
+    "decode_groups_e4m3": "decode",
     "_fragment": "decode",
     "_fragment_e4m3": "decode",
     "_byte": "decode",

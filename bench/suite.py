@@ -271,15 +271,18 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     # the decode without its sign step (a third of its ALU work, scores of |k|) says what a
     # cheaper exact decode would be worth, and the kernel with no decode at all what a free
     # one would: the most a decode leaves the scorer.
-    probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), dict(decode="none"))
+    # The E4M3 route's no-decode probe beside them (where the route ran), for its goals.
+    free = (dict(decode="none"),) + ((dict(decode="e4m3-none"),) if e4m3 else ())
+    probes = (dict(hot=True), dict(loads_only=True), dict(decode="signless"), *free)
     for hs, q in SCORER_SHAPES:
         for variant in probes:
             measure(pool, 131072, 32, hs, q, variant)
-    # The no-decode probe on a large grid as well, where the goals are within a bare read's
-    # reach: the targets weigh each goal against it at both grids.
+    # The no-decode probes on a large grid as well, where the goals are within a bare read's
+    # reach: the targets weigh each goal against them at both grids.
     if 1048576 in contexts and 8 in batches:
         for hs, q in SCORER_SHAPES:
-            measure(pool, 1048576, 8, hs, q, dict(decode="none"))
+            for variant in free:
+                measure(pool, 1048576, 8, hs, q, variant)
     return rows
 
 

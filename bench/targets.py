@@ -194,14 +194,15 @@ def _chained(report: dict, row: dict) -> dict | None:
     return None
 
 
-def _decode_room(report: dict, rows: list[dict], large: float, small: float) -> str:
+def _decode_room(report: dict, rows: list[dict], large: float, small: float, probe: str = "none") -> str:
     """What the bench's no-decode probe (``decode: none``, the kernel with its decode
-    replaced by moves) says of the goal, as a figure's tail: at each grid it ran, its
+    replaced by moves; ``probe`` "e4m3-none": the E4M3 route's) says of the goal, as a
+    figure's tail: at each grid it ran, its
     fraction of the gathered read and, against that grid's default row, the share of
     today's decode time the goal leaves (``_room``), or that the rest of the kernel (its
     loads, MMA and maxima) misses the goal by itself, so no decode can meet it in this
     kernel; "" where the run has no such probe."""
-    probes = {_point(r): r for r in report.get("scorer", []) if r.get("variant") == {"decode": "none"}}
+    probes = {_point(r): r for r in report.get("scorer", []) if r.get("variant") == {"decode": probe}}
     parts = []
     for default in rows:
         free = probes.get(_point(default))
@@ -384,7 +385,8 @@ def _e4m3_nvfp4(report: dict, n: int, least: float) -> dict:
     """The E4M3-MMA route's NVFP4 scorer at the MMA's N = ``n``: each row >= ``least`` of
     its gathered read."""
     target = f"E4M3-MMA route: NVFP4 scorer at N {n} >= {least:.2f} of the gathered read from {_tokens(JUDGED_FROM)}"
-    return _each_at_least(target, _at_n(_judged(report.get("scorer", []), E4M3), n), least)
+    rows = _at_n(_judged(report.get("scorer", []), E4M3), n)
+    return _each_at_least(target, rows, least, _decode_room(report, rows, least, least, "e4m3-none"))
 
 
 def _e4m3_msa(report: dict) -> dict:

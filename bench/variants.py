@@ -27,17 +27,29 @@ from fast.scorer import max_ring, mma_rows, ring_pages, rows_for
 from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
-from .probes import every_id, moves_groups, score_kernel_loads, signless_groups
+from .probes import every_id, moves_groups, moves_words, score_kernel_loads, signless_groups
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
 PRMT_PAGES = 1
 PRMT_TOKENS = 64
 VARIANT_KERNELS = ("wgmma", "prmt", "table")
-# the wgmma kernel's decode, its two timing probes, and the E4M3-MMA route's decode
-# (``variant_launch``'s decode)
-PROBE_DECODES = {"signless": signless_groups, "none": moves_groups}
-DECODES = ("exact", *PROBE_DECODES, "e4m3")
+# the wgmma kernel's timing probes of its decodes, each as (the hook it takes, the probe),
+# and every decode ``variant_launch`` takes: the two routes' and the probes
+PROBE_DECODES = {
+    "signless": ("GROUP_DECODE", signless_groups),
+    "none": ("GROUP_DECODE", moves_groups),
+    "e4m3-none": ("GROUP_DECODE_E4M3", moves_words),
+}
+DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
+
+
+def decode_mma(decode: str) -> str:
+    """The MMA route ``decode`` (one of DECODES) runs on: "e4m3" for the E4M3 route's decode
+    and its probe, else "exact"."""
+    return "e4m3" if decode.startswith("e4m3") else "exact"
+
+
 # the wgmma kernel's partial maxima a page and row (``page_maxima.page_max``: 4 to 32 lanes kept)
 PARTIALS = (4, 8, 16, 32)
 
@@ -85,9 +97,11 @@ def variant_launch(
     per 8 codes would reach) or "none" (no decode: the code words' 16-bit halves as the
     fp16 operand, its loads, ring, MMA and maxima as they are — what a free decode would
     reach) or "e4m3" (the exact decode's E4M3 bytes straight into wgmma k32, q as the E4M3
-    it is: no widening, half the MMAs, Hopper's E4M3 accumulation instead of fp32 — what an
-    E4M3-MMA route would reach). guard: False drops the wgmma kernel's block-id guard (the benchmark's measure
-    of its cost; the decode always guards). ring: the wgmma kernel's feed — 0 the register
+    it is: no widening, half the MMAs, Hopper's E4M3 accumulation instead of fp32: the
+    E4M3-MMA route) or "e4m3-none" (that route with no decode: the code words' 32-bit
+    halves as its E4M3 operand — what a free decode would leave it). guard: False drops
+    the wgmma kernel's block-id guard (the benchmark's measure of its cost; the decode
+    always guards). ring: the wgmma kernel's feed — 0 the register
     pipeline, 1 .. MAX_RING pages through a shared-memory ring (``page_ring.py``), None its
     policy. tables: the wgmma kernel's scale table copied into shared memory (True) or
     gathered from global memory (False), None its policy (loads_only: from global memory).
@@ -137,7 +151,7 @@ def variant_launch(
         return _prmt_launch(
             q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps
         )
-    mma = "e4m3" if decode == "e4m3" else "exact"  # the E4M3 decode is the route's, not a probe
+    mma = decode_mma(decode)
     launch = scorer.plan_scorer(
         q_tile,
         k_cache,
@@ -174,7 +188,8 @@ def variant_launch(
                 f" with {o['PPP']} pages a program (at most {most})"
             )
         if decode in PROBE_DECODES:
-            o["GROUP_DECODE"] = PROBE_DECODES[decode]
+            hook, probe = PROBE_DECODES[decode]
+            o[hook] = probe
         if not guard:
             o["IN_CACHE"] = every_id
         if register_cap != "auto":

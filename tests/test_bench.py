@@ -366,7 +366,9 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
 
 def test_targets_judge_the_e4m3_route_on_its_own_rows():
     """bench.targets: the E4M3-MMA route's goals read only its rows (variant {"mma":
-    "e4m3"}), each against its gathered read; parity pairs the route's two formats."""
+    "e4m3"}), each against its gathered read, and weigh a goal against the route's own
+    no-decode probe (``decode: e4m3-none``), not the exact kernel's; parity pairs the
+    route's two formats."""
     from bench.targets import judge
 
     def row(hs, slots, frac, us, variant=None, **fields):
@@ -376,7 +378,10 @@ def test_targets_judge_the_e4m3_route_on_its_own_rows():
     e4m3 = {"mma": "e4m3"}
     report = {
         "checks": {"scorer": True},
-        "scorer": [row(1, 8, 0.50, 10.0), row(1, 8, 0.92, 5.0, e4m3), row(4, 8, 0.80, 7.0, e4m3)],
+        "scorer": [
+            *(row(1, 8, 0.50, 10.0), row(1, 8, 0.92, 5.0, e4m3), row(4, 8, 0.80, 7.0, e4m3)),
+            *(row(4, 8, 0.90, 6.0, {"decode": "e4m3-none"}), row(4, 8, 0.99, 6.0, {"decode": "none"})),
+        ],
         "msa_scorer": [row(1, 8, 0.93, 9.0, e4m3, format="fp8"), row(4, 8, 0.94, 9.1, e4m3, format="fp8")],
     }
     got = {t["target"]: t for t in judge(report) if t["target"].startswith("E4M3")}
@@ -384,6 +389,11 @@ def test_targets_judge_the_e4m3_route_on_its_own_rows():
     assert (n8["met"], n8["figures"]) == (True, "Hs 1: 0.97 at 32 x 128K; worst Hs 1 at 32 x 128K, 0.97 against 0.95")
     assert n16["met"] is None
     assert n32["met"] is False and "0.84 at 32 x 128K" in n32["figures"]
+    # 0.88 of a 0.95 gathered read: (1 / 0.836 - 1 / 0.90) / (1 / 0.80 - 1 / 0.90) of the decode's time
+    assert n32["figures"].endswith(
+        "; with no decode at all Hs 4 / 8 slots 0.95 at 32 x 128K (the goal leaves the decode 61% of its time)"
+    ), n32["figures"]
+    assert "with no decode" not in n8["figures"]
     assert msa["met"] is True and msa.get("noise") and "0.98" in msa["figures"]
     assert parity["met"] is False and "Hs 1: 1.80x" in parity["figures"]
     assert "Hs 4 / 8 slots: 1.30x" in parity["figures"]

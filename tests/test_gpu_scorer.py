@@ -307,6 +307,39 @@ def test_the_no_decode_probe_multiplies_the_code_words_halves(heads, query_len):
     assert bool((probe[~stored] == 7.0).all())
 
 
+@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
+def test_the_e4m3_no_decode_probe_multiplies_the_code_words_bytes(heads, query_len):
+    """The bench's no-decode probe of the E4M3 route (``decode="e4m3-none"``) takes the code
+    words' bytes as its E4M3 operand and does the route's other work. On a cache whose every
+    token holds one E4M3 integer v_t in all its code bytes (scale bytes 0: the table entry it
+    XORs in is zero), every dimension of a token is v_t whatever the column order, so each
+    score must be max_t v_t x sum_d q_d, exactly (small integers: exact on the E4M3 MMA too),
+    where the route stores 0 — same cells stored, the rest left alone (N 8, 16 and 32)."""
+    case = make_case(8, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
+    gen = torch.Generator().manual_seed(8)
+    q = torch.randint(-4, 5, case.index_q.shape, generator=gen).to(torch.float8_e4m3fn)
+    tile = query_tile(q, 2, query_len).cuda()
+    values = torch.randint(-15, 16, (400, PAGE), generator=gen)  # [page, token]: E4M3 integers
+    codes = values.to(torch.float8_e4m3fn).view(torch.uint8)[:, :, None].expand(-1, -1, CODE_BYTES // PAGE)
+    cache = torch.zeros_like(case.k_cache)
+    cache.view(400, -1)[:, :CODE_BYTES].view(400, PAGE, CODE_BYTES // PAGE).copy_(codes)
+    cache = cache.cuda()
+    table, lens = case.block_table.cuda(), case.seq_lens.cuda()
+
+    def scores(**probe):
+        out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
+        return score_variant(tile, cache, table, lens, out, first_slot=SLOTS - query_len, **probe).cpu()
+
+    route, probe = scores(decode="e4m3"), scores(decode="e4m3-none")
+    stored = route != 7.0
+    assert bool(stored.any()) and bool((route[stored] == 0).all())
+    sums = tile.float().sum(-1).view(2, SLOTS * heads).cpu()  # [request, row]: sum_d q_d
+    pages = values.double()[case.block_table.long()]  # [request, column, token]
+    best = torch.maximum(pages.amax(-1)[:, None] * sums[:, :, None], pages.amin(-1)[:, None] * sums[:, :, None])
+    assert torch.equal(probe[stored], best.float()[stored])
+    assert bool((probe[~stored] == 7.0).all())
+
+
 def test_the_loads_only_probe_stores_nothing():
     """The bench's probe (``loads_only``) runs the wgmma kernel's loads and leaves ``out`` as
     it was: its numbers are a bound, never scores."""

@@ -300,14 +300,14 @@ def test_wgmma_page_maxima_compile_in_every_layout(hs, first_slot, pages, parts)
 
 
 def _decode_mix(
-    hs: int, first_slot: int, decode: str, ops: tuple[str, ...], ring: int | None = None
+    hs: int, first_slot: int, decode: str, ops: tuple[str, ...], ring: int | None = None, base: str = "exact"
 ) -> tuple[list[int], list[int]]:
     """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
-    the decodes launch it, or with ``ring``) with the exact decode and with ``decode``."""
+    the decodes launch it, or with ``ring``) with the ``base`` decode and with ``decode``."""
     code = (
         "from bench.sass import scorer_sass\n"
         "from bench.sass_listing import instruction_mix\n"
-        f"for decode in ('exact', {decode!r}):\n"
+        f"for decode in ({base!r}, {decode!r}):\n"
         f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, ring={ring!r},"
         " decode=decode)\n"
         "    mix = instruction_mix(text)\n"
@@ -345,6 +345,20 @@ def test_the_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot)
     assert prmt > 0 and prmt_n == 0, (prmt, prmt_n)
     assert f2fp_n == f2fp - prmt, (f2fp, f2fp_n, prmt)
     assert rest_n == rest, (rest, rest_n)
+
+
+@pytest.mark.parametrize("hs, first_slot", [(1, 0), (4, 4), (4, 0)])
+def test_the_e4m3_no_decode_probe_drops_the_decode_and_keeps_the_rest(hs, first_slot):
+    """The bench's no-decode probe of the E4M3 route (``decode="e4m3-none"``) prices that
+    route with a free decode: compiled at N 8, 16 and 32 as the route launches it, it must
+    have none of the decode's ``PRMT`` (the fragment's byte extraction folds away on any
+    words, as on the decode's) and issue every E4M3 MMA, global and shared load and bulk
+    copy the route does."""
+    ops = ("PRMT", "F2FP", "QGMMA", "LDG", "LDS", "UBLKCP")
+    (prmt, f2fp, *rest), (prmt_n, f2fp_n, *rest_n) = _decode_mix(hs, first_slot, "e4m3-none", ops, base="e4m3")
+    assert prmt > 0 and prmt_n == 0, (prmt, prmt_n)
+    assert f2fp == f2fp_n == 0, (f2fp, f2fp_n)
+    assert rest_n == rest and rest[0] > 0, (rest, rest_n)
 
 
 @pytest.mark.parametrize("hs, first_slot, ring", [(1, 0, None), (4, 4, None), (4, 0, 0)])

@@ -91,14 +91,28 @@ def decode_groups(codes, tables):
 
 
 @gluon.jit
-def _dequant_fragment(codes, tables, a_layout: gl.constexpr, E4M3_MMA: gl.constexpr, GROUP_DECODE: gl.constexpr):
+def decode_groups_e4m3(codes, tables):
+    """The E4M3 route's decode: 4 int32 [64, 8] (word j: the E4M3 bytes of codes 4 j ..
+    4 j + 3 of each group) from the same operands (the kernel's GROUP_DECODE_E4M3)."""
+    return gl.inline_asm_elementwise(
+        GROUP_ASM_E4M3, "=r,=r,=r,=r,l,l", [codes, tables], dtype=(gl.int32,) * 4, is_pure=True, pack=1
+    )
+
+
+@gluon.jit
+def _dequant_fragment(
+    codes,
+    tables,
+    a_layout: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+):
     """The A operand [64, 128] in ``a_layout``, logical column k = physical dimension d(k),
     without moving data (checked at compile time): fp16 by GROUP_DECODE, or with E4M3_MMA
-    the E4M3 values the decode gives before it widens them."""
+    the E4M3 values GROUP_DECODE_E4M3 gives (the decode before it widens them)."""
     if E4M3_MMA:
-        w = gl.inline_asm_elementwise(
-            GROUP_ASM_E4M3, "=r,=r,=r,=r,l,l", [codes, tables], dtype=(gl.int32,) * 4, is_pure=True, pack=1
-        )
+        w = GROUP_DECODE_E4M3(codes, tables)
         a = _fragment_e4m3(w[0], w[1], w[2], w[3])
     else:
         o = GROUP_DECODE(codes, tables)
@@ -136,6 +150,7 @@ def _block(
     TABLES: gl.constexpr,
     E4M3_MMA: gl.constexpr,
     GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
     IN_CACHE: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i, fed from registers: the block DEPTH ahead
@@ -161,6 +176,7 @@ def _block(
         TABLES,
         E4M3_MMA,
         GROUP_DECODE,
+        GROUP_DECODE_E4M3,
     )
     c0, s0, c1, s1 = advance(c0, s0, c1, s1, cn, sn, DEPTH)
     return c0, s0, c1, s1, run
@@ -184,11 +200,13 @@ def _score_block(
     TABLES: gl.constexpr,
     E4M3_MMA: gl.constexpr,
     GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
 ):
     """Block h of page i (``codes``, ``scales``: [64, 8] in ``GROUP_LAYOUT``) decoded,
     multiplied by q (``q_op``: registers for mma.sync, else the shared tile) and folded into
     the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
-    a = _dequant_fragment(codes, entries(scales, tab_ptr, tab_stride, TABLES), a_layout, E4M3_MMA, GROUP_DECODE)
+    tables = entries(scales, tab_ptr, tab_stride, TABLES)
+    a = _dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
     if _mma_sync(ROWS, E4M3_MMA):
         acc = mma_v2(a, q_op, zeros)
     else:
@@ -228,6 +246,7 @@ def score_kernel_wgmma(
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
     E4M3_MMA: gl.constexpr = False,  # the E4M3-MMA route (DESIGN §4.1): wgmma k32 at every N
     GROUP_DECODE: gl.constexpr = decode_groups,  # a group's 16 fp16 (jit function)
+    GROUP_DECODE_E4M3: gl.constexpr = decode_groups_e4m3,  # its 4 words of E4M3 bytes (E4M3_MMA)
     IN_CACHE: gl.constexpr = in_cache,  # the block-id guard (jit function)
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
@@ -311,6 +330,7 @@ def score_kernel_wgmma(
                         TABLES,
                         E4M3_MMA,
                         GROUP_DECODE,
+                        GROUP_DECODE_E4M3,
                     )
                 if i + RING < PPP:
                     gl.thread_barrier()  # every warp is done with page i's slot
@@ -345,6 +365,7 @@ def score_kernel_wgmma(
                         TABLES,
                         E4M3_MMA,
                         GROUP_DECODE,
+                        GROUP_DECODE_E4M3,
                         IN_CACHE,
                     )
         else:
@@ -377,6 +398,7 @@ def score_kernel_wgmma(
                         TABLES,
                         E4M3_MMA,
                         GROUP_DECODE,
+                        GROUP_DECODE_E4M3,
                         IN_CACHE,
                     )
         if RING > 0 or TABLES:
