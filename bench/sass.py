@@ -176,7 +176,7 @@ def scorer_sass(
             "DEPTH": depth or WGMMA_DEPTH,
             "PREFETCH": pdl,
             "RELEASE": False,
-            "PARTS": partial_maxima(rows, ppp, mma),
+            "PARTS": partial_maxima(rows, ppp),
             "RECORD": False,
             "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
             "TABLES": shared_tables(rows),

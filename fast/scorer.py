@@ -47,9 +47,7 @@ _PROGRAMS_PER_SM = 4
 
 def long_row_pages(rows: int) -> int:
     """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
-    N = 32, whose 32 partial maxima a page and row (``partial_maxima``) would take 32 KB of
-    shared memory a program at 8 pages — fewer programs an SM, and less of the L1 its
-    loads pass through."""
+    N = 32, where 8 measured slower on the small grids (fewer programs, each longer)."""
     return 4 if rows == 32 else WGMMA_PAGES
 
 
@@ -85,13 +83,12 @@ def ring_pages(rows: int, pages: int, mma: str = "exact") -> int:
     (``mma_rows``) with ``pages`` per program on the ``mma`` route, or 0: the register
     pipeline of DEPTH blocks; never more than fits (``max_ring``).
 
-    2 on long programs at N = 8 (8 pages) and N = 16 (4 or more), and on the e4m3 route at
-    N = 32 (4 or more): a program's next page then travels in shared memory, where ptxas
-    cannot move its loads to just before their use as it does with registers. 0 elsewhere:
-    on shorter programs the ring's first page is waited for whole and measured behind, and
-    the exact route's N = 32 measured level or behind (bench/PERF.md). A ring of 1
-    serialises copy and decode; 3 or more cost programs an SM."""
-    long = (rows == 16 and pages >= 4) or (rows == 8 and pages >= 8) or (mma == "e4m3" and rows == 32 and pages >= 4)
+    2 on long programs at N = 8 (8 pages), N = 16 and N = 32 (4 or more): a program's next
+    page then travels in shared memory, where ptxas cannot move its loads to just before
+    their use as it does with registers. 0 elsewhere: on shorter programs the ring's first
+    page is waited for whole and measured behind (bench/PERF.md). A ring of 1 serialises
+    copy and decode; 3 or more cost programs an SM."""
+    long = (rows in (16, 32) and pages >= 4) or (rows == 8 and pages >= 8)
     return min(2, max_ring(rows, pages, None, mma)) if long else 0
 
 
@@ -107,7 +104,7 @@ def shared_tables(rows: int) -> int:
 def shared_bytes(rows: int, pages: int, mma: str = "exact") -> int:
     """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program on the
     ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages, mma), mma)
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages), mma)
 
 
 def max_ring(rows: int, pages: int, tables: int | None = None, mma: str = "exact") -> int:
@@ -232,7 +229,7 @@ def plan_scorer(
             SLOT0=first_slot,
             PPP=ppp,
             ROWS=rows,
-            PARTS=partial_maxima(rows, ppp, mma),
+            PARTS=partial_maxima(rows, ppp),
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
             RING=ring_pages(rows, ppp, mma),

@@ -604,24 +604,26 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
 SM_SHARED, PROGRAM_RESERVED, SM_REGISTERS = 228 * 1024, 1024, 65536
 
 
-def test_the_e4m3_routes_n32_maxima_leave_room_for_the_programs_its_registers_allow(tmp_path):
-    """``partial_maxima``'s E4M3 rule at N 32, as the decode launches it (4 pages, the ring of
-    2): with 8 partials the kernel's shared memory holds as many programs an SM as its
-    registers do; the exact route's 32 would hold one fewer. The dynamic size is what
-    ``shared_bytes`` counts for the route."""
+@pytest.mark.parametrize("decode", ["exact", "e4m3"])
+def test_n32_maxima_leave_room_for_the_programs_its_registers_allow(decode, tmp_path):
+    """``partial_maxima``'s rule at N 32, as the decode launches it (4 pages, the ring of 2)
+    on either route: with 8 partials the kernel's shared memory holds as many programs an
+    SM as its registers do; 32 would hold fewer. The dynamic size is what ``shared_bytes``
+    counts for the route."""
     from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
-    from fast.scorer import long_row_pages, shared_bytes
+    from fast.scorer import long_row_pages, ring_pages, shared_bytes
 
     rows, pages = 32, long_row_pages(32)
-    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", "e4m3", "--dump", str(tmp_path / "e.sass")]
+    assert ring_pages(rows, pages, decode) == 2
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode, "--dump", str(tmp_path / "n32.sass")]
     done = _compile_only("-m", "bench.sass", *flags)
     assert done.returncode == 0, done.stderr
     usage = done.stdout.splitlines()[0]
     regs, static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", " SHARED", "DYNAMIC"))
-    assert dynamic == shared_bytes(rows, pages, "e4m3"), usage
+    assert dynamic == shared_bytes(rows, pages, decode), usage
     by_registers = SM_REGISTERS // (-(-regs // 8) * 8 * 128)
 
     def by_shared(parts: int) -> int:
-        return SM_SHARED // (static + dynamic_bytes(rows, pages, parts, "e4m3") + PROGRAM_RESERVED)
+        return SM_SHARED // (static + dynamic_bytes(rows, pages, parts, decode) + PROGRAM_RESERVED)
 
-    assert by_shared(partial_maxima(rows, pages, "e4m3")) >= by_registers > by_shared(32), usage
+    assert by_shared(partial_maxima(rows, pages)) >= by_registers > by_shared(32), usage

@@ -11,16 +11,14 @@ from triton.experimental.gluon import language as gl
 from triton.runtime.jit import constexpr_function
 
 
-def partial_maxima(rows: int, pages: int, mma: str = "exact") -> int:
-    """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program
-    on the ``mma`` route: 32 (one per thread of a warp's 32 token pairs — no shuffle in the
-    page loop) where the epilogue's share is small — up to 8 rows, or up to 32 rows with 4
-    or more pages a program (each warp reduces its own page); else 8 (two shuffle rounds a
-    page). The E4M3 route at N = 32 keeps 8: beside its page ring 32 would leave shared
-    memory for 5 programs an SM where its registers allow 6."""
-    if mma == "e4m3" and rows == 32:
-        return 8
-    return 32 if rows <= 8 or (rows <= 32 and pages >= 4) else 8
+def partial_maxima(rows: int, pages: int) -> int:
+    """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program:
+    32 (one per thread of a warp's 32 token pairs — no shuffle in the page loop) where the
+    epilogue's share is small and the shared memory is not what limits the programs an
+    SM — up to 8 rows, or 16 rows with 4 or more pages a program (each warp reduces its own
+    page); else 8 (two shuffle rounds a page). At N = 32, 32 partials beside the page ring
+    would leave shared memory for fewer programs an SM than the registers allow."""
+    return 32 if rows <= 8 or (rows == 16 and pages >= 4) else 8
 
 
 @constexpr_function
