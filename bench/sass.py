@@ -1,7 +1,7 @@
 """``FAST_COMPILE_ONLY=1 python -m bench.sass [--kernel wgmma|prmt|msa-fp8|msa-bf16] [--hs N]
 [--first-slot S] [--tokens T] [--pages P]``: compile a GPU scorer (the NVFP4 ones, or the MSA
 format's mma kernel as ``score_blocks`` launches it) for sm_90 on any machine (the Triton
-wheel carries ptxas and nvdisasm) and print its registers, static shared memory and SASS instruction mix, whole
+wheel carries ptxas and nvdisasm) and print its registers, shared memory, programs an SM and SASS instruction mix, whole
 and over its main loop (wgmma: one page per trip) — the first look at a scorer change, at no
 device time. ``--parts``: the scorer's instructions by part against the read ceiling's
 budget (a page of the wgmma kernel, a half-block of the MSA one). ``--dump FILE`` writes
@@ -63,7 +63,7 @@ from indexer_constants import PAGE, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, score_kernel_loads
-from .sass_listing import instruction_mix, load_use_distances, main_loop_mix
+from .sass_listing import instruction_mix, load_use_distances, main_loop_mix, programs_per_sm, resources
 from .sass_parts import (
     ALU_BUDGET,
     ISSUE_BUDGET,
@@ -572,6 +572,13 @@ def main(argv=None) -> int:
     print(
         f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''}{decode} "
         f"tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}"
+    )
+    registers, static, dynamic = resources(usage)
+    held = programs_per_sm(registers, static + dynamic, args.warps if args.kernel == "prmt" else 4)
+    print(
+        f"programs an SM (sm_90): {min(held.values())} ("
+        + ", ".join(f"{n} by {what}" for what, n in held.items())
+        + ")"
     )
     for op, n in instruction_mix(sass).most_common(20):
         print(f"{n:6d} {op}")

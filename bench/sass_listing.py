@@ -1,7 +1,7 @@
 """What an nvdisasm listing of a kernel holds, read as text: the opcode mix, the longest
 loop (the scorers' page or half-block loop) and how far ahead of its first use each global
-load is issued. ``sass.py`` compiles the listings; ``sass_parts.py`` attributes them to the
-scorers' parts."""
+load is issued; and, from its resource line, how many programs an SM holds. ``sass.py``
+compiles the listings; ``sass_parts.py`` attributes them to the scorers' parts."""
 
 from __future__ import annotations
 
@@ -86,3 +86,27 @@ def load_use_distances(sass: str) -> list[tuple[str, int]]:
             if not loaded:
                 break
     return found
+
+
+# An sm_90 SM: 64K 32-bit registers, handed out per warp in units of 256 (8 a thread); 228
+# KB of shared memory, 1 KB of it reserved for each resident program; 64 warps.
+SM_REGISTERS, SM_SHARED, PROGRAM_RESERVED, SM_WARPS = 65536, 228 * 1024, 1024, 64
+
+
+def resources(usage: str) -> tuple[int, int, int]:
+    """(registers a thread, static shared bytes, dynamic shared bytes) of a kernel's
+    resource line (``sass.scorer_sass``': cuobjdump's, then ``DYNAMIC:``)."""
+    found = (re.search(rf"(?:^|\s){key}:(\d+)", usage) for key in ("REG", "SHARED", "DYNAMIC"))
+    return tuple(int(m.group(1)) for m in found)
+
+
+def programs_per_sm(registers: int, shared: int, warps: int = 4) -> dict[str, int]:
+    """How many programs of ``warps`` warps an sm_90 SM holds at once, by each resource a
+    program asks for: ``registers`` a thread and ``shared`` bytes (static + dynamic). The
+    least of them is what the SM runs; a policy that leaves shared memory the least where
+    registers allow more wastes programs (bench/PERF.md)."""
+    return {
+        "registers": SM_REGISTERS // (-(-registers // 8) * 8 * 32 * warps),
+        "shared memory": SM_SHARED // (shared + PROGRAM_RESERVED),
+        "warps": SM_WARPS // warps,
+    }

@@ -599,17 +599,13 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     assert probe["runs"] == scorer["runs"] == 2 * ppp * runs, (probe["runs"], scorer["runs"])  # 16-byte loads
 
 
-# Hopper's shared memory an SM (228 KB, of which 1 KB goes to each resident program) and its
-# registers (64K 32-bit, handed out per warp in units of 256: 8 a thread)
-SM_SHARED, PROGRAM_RESERVED, SM_REGISTERS = 228 * 1024, 1024, 65536
-
-
 @pytest.mark.parametrize("decode", ["exact", "e4m3"])
 def test_n32_maxima_leave_room_for_the_programs_its_registers_allow(decode, tmp_path):
     """``partial_maxima``'s rule at N 32, as the decode launches it (4 pages, the ring of 2)
     on either route: with 8 partials the kernel's shared memory holds as many programs an
-    SM as its registers do; 32 would hold fewer. The dynamic size is what ``shared_bytes``
-    counts for the route."""
+    SM as its registers do (the tool's own count, ``programs_per_sm``); 32 would hold
+    fewer. The dynamic size is what ``shared_bytes`` counts for the route."""
+    from bench.sass_listing import programs_per_sm, resources
     from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
     from fast.scorer import long_row_pages, ring_pages, shared_bytes
 
@@ -618,12 +614,21 @@ def test_n32_maxima_leave_room_for_the_programs_its_registers_allow(decode, tmp_
     flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode, "--dump", str(tmp_path / "n32.sass")]
     done = _compile_only("-m", "bench.sass", *flags)
     assert done.returncode == 0, done.stderr
-    usage = done.stdout.splitlines()[0]
-    regs, static, dynamic = (int(re.search(rf"{k}:(\d+)", usage).group(1)) for k in ("REG", " SHARED", "DYNAMIC"))
+    usage, held = done.stdout.splitlines()[:2]
+    registers, static, dynamic = resources(usage)
     assert dynamic == shared_bytes(rows, pages, decode), usage
-    by_registers = SM_REGISTERS // (-(-regs // 8) * 8 * 128)
+    by = programs_per_sm(registers, static + dynamic)
+    assert held == f"programs an SM (sm_90): {min(by.values())} ({', '.join(f'{n} by {k}' for k, n in by.items())})"
+    assert dynamic_bytes(rows, pages, partial_maxima(rows, pages), decode) == dynamic
+    with_32 = programs_per_sm(registers, static + dynamic_bytes(rows, pages, 32, decode))["shared memory"]
+    assert by["shared memory"] >= by["registers"] > with_32, (usage, by, with_32)
 
-    def by_shared(parts: int) -> int:
-        return SM_SHARED // (static + dynamic_bytes(rows, pages, parts, decode) + PROGRAM_RESERVED)
 
-    assert by_shared(partial_maxima(rows, pages)) >= by_registers > by_shared(32), usage
+def test_programs_per_sm_counts_each_resource():
+    """``programs_per_sm``: registers go out per warp in units of 256 (74 a thread take 80),
+    each program's shared memory carries 1 KB the SM reserves, and an SM holds 64 warps."""
+    from bench.sass_listing import programs_per_sm, resources
+
+    assert resources("REG:74 STACK:0 SHARED:22528 LOCAL:0 DYNAMIC:20480") == (74, 22528, 20480)
+    assert programs_per_sm(74, 22528 + 20480) == {"registers": 6, "shared memory": 5, "warps": 16}
+    assert programs_per_sm(64, 0, warps=8) == {"registers": 4, "shared memory": 228, "warps": 8}
