@@ -270,74 +270,67 @@ def test_the_e4m3_route_scores_the_keys_through_an_e4m3_mma(heads, query_len):
     assert bool(((probe - exact).abs() <= 2.0**-7 * scale)[stored].all())
 
 
-@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
-def test_the_no_decode_probe_multiplies_the_code_words_halves(heads, query_len):
-    """The bench's no-decode probe (``decode="none"``) takes the code words' 16-bit halves
-    as its fp16 operand and does the scorer's other work. On a cache whose every token holds
-    one 16-bit value v_t in all its halves (scale bytes 0: the table it XORs in is zero), every
-    dimension of a token is v_t whatever the column order, so each score must be max_t v_t
-    x sum_d q_d, exactly (small integers), where the exact scorer stores 0 — same cells
-    stored, the rest left alone (N 8, 16 and 32)."""
-    case = make_case(6, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
-    gen = torch.Generator().manual_seed(6)
+def _assert_probe_multiplies_each_tokens_value(seed, heads, query_len, token_values, route, probe):
+    """The no-decode probes' check: on a cache whose every token repeats one value v_t in
+    all its code bytes (``token_values(gen)``: v [400 pages, PAGE] and its bytes [400, PAGE,
+    k], k dividing a token's code bytes) and whose scale bytes are 0 (the table entry a probe
+    XORs in is zero), every dimension of a token is v_t whatever the column order, so the
+    ``probe`` decode must store max_t v_t x sum_d q_d exactly (small integers) in the cells
+    where the ``route`` decode stores 0, and leave the rest alone."""
+    case = make_case(
+        seed, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400
+    )
+    gen = torch.Generator().manual_seed(seed)
     q = torch.randint(-4, 5, case.index_q.shape, generator=gen).to(torch.float8_e4m3fn)
     tile = query_tile(q, 2, query_len).cuda()
-    # each page's tokens: distinct small integers, a unique largest and smallest
-    values = torch.stack([torch.randperm(128, generator=gen) for _ in range(400)]) - 64  # [page, token]
-    halves = values.to(torch.float16).view(torch.int16).to(torch.int32)
-    pattern = torch.stack([halves & 0xFF, (halves >> 8) & 0xFF], dim=-1).to(torch.uint8)  # [page, token, 2]
+    values, pattern = token_values(gen)
     cache = torch.zeros_like(case.k_cache)
     codes = cache.view(400, -1)[:, :CODE_BYTES].view(400, PAGE, CODE_BYTES // PAGE)  # a token's code bytes
-    codes.copy_(pattern.repeat(1, 1, CODE_BYTES // PAGE // 2))
+    codes.copy_(pattern.repeat(1, 1, CODE_BYTES // PAGE // pattern.shape[-1]))
     cache = cache.cuda()
     table, lens = case.block_table.cuda(), case.seq_lens.cuda()
-    first = SLOTS - query_len
 
-    def scores(**probe):
+    def scores(decode):
         out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
-        return score_variant(tile, cache, table, lens, out, first_slot=first, **probe).cpu()
+        return score_variant(tile, cache, table, lens, out, first_slot=SLOTS - query_len, decode=decode).cpu()
 
-    exact, probe = scores(), scores(decode="none")
-    stored = exact != 7.0
-    assert bool(stored.any()) and bool((exact[stored] == 0).all())
+    base, got = scores(route), scores(probe)
+    stored = base != 7.0
+    assert bool(stored.any()) and bool((base[stored] == 0).all())
     sums = tile.float().sum(-1).view(2, SLOTS * heads).cpu()  # [request, row]: sum_d q_d
     pages = values.double()[case.block_table.long()]  # [request, column, token]
     best = torch.maximum(pages.amax(-1)[:, None] * sums[:, :, None], pages.amin(-1)[:, None] * sums[:, :, None])
-    assert torch.equal(probe[stored], best.float()[stored])
-    assert bool((probe[~stored] == 7.0).all())
+    assert torch.equal(got[stored], best.float()[stored])
+    assert bool((got[~stored] == 7.0).all())
+
+
+@pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
+def test_the_no_decode_probe_multiplies_the_code_words_halves(heads, query_len):
+    """The bench's no-decode probe (``decode="none"``) takes the code words' 16-bit halves
+    as its fp16 operand and does the scorer's other work: each token one fp16 small integer
+    in all its halves, the exact scorer storing 0 (N 8, 16 and 32)."""
+
+    def halves(gen):
+        # each page's tokens: distinct small integers, a unique largest and smallest
+        values = torch.stack([torch.randperm(128, generator=gen) for _ in range(400)]) - 64  # [page, token]
+        bits = values.to(torch.float16).view(torch.int16).to(torch.int32)
+        return values, torch.stack([bits & 0xFF, (bits >> 8) & 0xFF], dim=-1).to(torch.uint8)  # [page, token, 2]
+
+    _assert_probe_multiplies_each_tokens_value(6, heads, query_len, halves, "exact", "none")
 
 
 @pytest.mark.parametrize("heads, query_len", [(1, 8), (4, 1), (4, 4), (4, 8)])
 def test_the_e4m3_no_decode_probe_multiplies_the_code_words_bytes(heads, query_len):
     """The bench's no-decode probe of the E4M3 route (``decode="e4m3-none"``) takes the code
-    words' bytes as its E4M3 operand and does the route's other work. On a cache whose every
-    token holds one E4M3 integer v_t in all its code bytes (scale bytes 0: the table entry it
-    XORs in is zero), every dimension of a token is v_t whatever the column order, so each
-    score must be max_t v_t x sum_d q_d, exactly (small integers: exact on the E4M3 MMA too),
-    where the route stores 0 — same cells stored, the rest left alone (N 8, 16 and 32)."""
-    case = make_case(8, [300 * 128 + 9, 37 * 128], query_len=query_len, heads=heads, pattern="gaussian", num_blocks=400)
-    gen = torch.Generator().manual_seed(8)
-    q = torch.randint(-4, 5, case.index_q.shape, generator=gen).to(torch.float8_e4m3fn)
-    tile = query_tile(q, 2, query_len).cuda()
-    values = torch.randint(-15, 16, (400, PAGE), generator=gen)  # [page, token]: E4M3 integers
-    codes = values.to(torch.float8_e4m3fn).view(torch.uint8)[:, :, None].expand(-1, -1, CODE_BYTES // PAGE)
-    cache = torch.zeros_like(case.k_cache)
-    cache.view(400, -1)[:, :CODE_BYTES].view(400, PAGE, CODE_BYTES // PAGE).copy_(codes)
-    cache = cache.cuda()
-    table, lens = case.block_table.cuda(), case.seq_lens.cuda()
+    words' bytes as its E4M3 operand and does the route's other work: each token one E4M3
+    small integer in all its bytes (exact on the E4M3 MMA too), the route storing 0 (N 8,
+    16 and 32)."""
 
-    def scores(**probe):
-        out = torch.full((2, SLOTS * heads, table.shape[1]), 7.0, device="cuda")
-        return score_variant(tile, cache, table, lens, out, first_slot=SLOTS - query_len, **probe).cpu()
+    def e4m3_bytes(gen):
+        values = torch.randint(-15, 16, (400, PAGE), generator=gen)  # [page, token]: E4M3 integers
+        return values, values.to(torch.float8_e4m3fn).view(torch.uint8)[:, :, None]
 
-    route, probe = scores(decode="e4m3"), scores(decode="e4m3-none")
-    stored = route != 7.0
-    assert bool(stored.any()) and bool((route[stored] == 0).all())
-    sums = tile.float().sum(-1).view(2, SLOTS * heads).cpu()  # [request, row]: sum_d q_d
-    pages = values.double()[case.block_table.long()]  # [request, column, token]
-    best = torch.maximum(pages.amax(-1)[:, None] * sums[:, :, None], pages.amin(-1)[:, None] * sums[:, :, None])
-    assert torch.equal(probe[stored], best.float()[stored])
-    assert bool((probe[~stored] == 7.0).all())
+    _assert_probe_multiplies_each_tokens_value(8, heads, query_len, e4m3_bytes, "e4m3", "e4m3-none")
 
 
 def test_the_loads_only_probe_stores_nothing():
