@@ -724,3 +724,42 @@ def test_the_e4m3_probe_runs_in_its_child():
     from bench.variants import probe_runs
 
     assert probe_runs("e4m3", SCORER_SHAPES) is True
+
+
+def test_first_rows_placements_move_the_rows_buffers():
+    """bench.first_rows: each placement's pads name buffers a row has, every buffer is moved
+    by one placement alone or with others, one placement is the suite's own order; the CLI
+    refuses --here without exactly one placement before it touches a GPU."""
+    from bench import first_rows
+
+    pads = [set(p.get("pad", ())) for p in first_rows.PLACEMENTS.values()]
+    assert all(pad <= set(first_rows.BUFFERS) for pad in pads)
+    assert set().union(*pads) == set(first_rows.BUFFERS)
+    assert first_rows.PLACEMENTS["bench"] == {}
+    assert {p.get("before") for p in first_rows.PLACEMENTS.values()} == {None, "timed", "untimed"}
+    for argv in (["--here"], ["--here", "--placement", "bench", "--placement", "out"]):
+        with pytest.raises(SystemExit):
+            first_rows.main(argv)
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_first_rows_pad_moves_only_the_buffer_it_names(capsys):
+    """bench.first_rows on the GPU: the row timed three times in each placement's child, and
+    the pad before ``out`` moves ``out`` and nothing else (the same buffers as the suite's
+    order otherwise): a placement's timing then speaks of that buffer alone."""
+    import re
+
+    from bench import first_rows
+
+    assert first_rows.main(["--placement", "bench", "--placement", "out"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " timing " in line]
+    assert len(lines) == 6, lines
+    first = {
+        line.split()[0]: dict(re.findall(r"(tables|tile|lens|out) (0x[0-9a-f]+\+0x[0-9a-f]+)", line))
+        for line in lines
+        if "timing 1:" in line
+    }
+    assert set(first) == {"bench", "out"} and all(len(spots) == 4 for spots in first.values()), lines
+    moved = {name for name in first_rows.BUFFERS if first["bench"][name] != first["out"][name]}
+    assert moved == {"out"}, first
