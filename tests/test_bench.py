@@ -352,6 +352,10 @@ def test_targets_judge_each_target_on_the_runs_own_figures():
     assert got["rows"] == (True, "worst CP - stock +2.9 µs (2K, batch 1, q 1)")
     assert got["stock"] == (True, "alone 4.5 / 30.0 µs = 15.0%; in the layer 3.7 / 27.6 µs = 13.4%")
     assert got["the"] == (False, "Hs 1 +1.0%, Hs 4 +3.1%")  # the guard's cost
+    # read from the guarded row timed beside the unguarded one where the run has it
+    report["scorer"].append(scorer(131072, 8, 1, 8, 0.86, us=1.01, kernel="wgmma", guard=True))
+    assert judged()["the"] == (False, "Hs 1 +2.0%, Hs 4 +3.1%")
+    report["scorer"].pop()
 
     report["layers"][4]["cp_stages_us"] = 6.0
     report["layers"][5]["cp_us"] = 6.8
