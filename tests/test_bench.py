@@ -292,6 +292,15 @@ def test_scorer_verdicts_hold_each_row_to_its_gathered_read():
         " 0.95; its ring alone Hs 4 / 8 slots 0.95 at 8 x 128K (the goal leaves the kernel's work 5% of its time)"
     )
     assert fp8["met"] is False
+    # a row under the goal that the section timed again: the figure again, the verdict unchanged
+    again = dict(report["msa_scorer"][1], of_read_ceiling=0.82, variant={"again": True})
+    report["msa_scorer"].append(again)
+    assert (
+        judge(report)[3]["figures"]
+        == fp8["figures"] + "; timed again at the section's end Hs 4 / 8 slots 0.98 at 8 x 128K"
+    )
+    assert judge(report)[3]["met"] is False
+    report["msa_scorer"].pop()
     assert verdicts["bf16"]["met"] is None
     # parity: the FP8 row's 30 µs over the NVFP4 row's 20 at Hs 1, 32 x 128K: 1.50x, met within noise
     parity = verdicts["parity N 8"]
