@@ -213,9 +213,9 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
     """The NVFP4 scorer's rows: every (context, batch, shape) cold, by the Hopper route's
     kernel and the portable route's (``variant`` {"route": "portable"}), the variants at 8 x 128K,
     Gaussian keys at batch 32, ``hot`` / ``loads_only`` and the decode probes at 32 x 128K,
-    the no-decode probe at 8 x 1M too (where the grid has them), and the E4M3-MMA route at
-    every grid; each row's µs, read GB/s
-    and fraction of ``read_ceiling``."""
+    the no-decode probe at 8 x 1M too (where the grid has them), the E4M3-MMA route at
+    every grid, and last the first grid's default rows timed ``again``; each row's µs, read
+    GB/s and fraction of ``read_ceiling``."""
     rows = []
 
     def measure(
@@ -286,6 +286,10 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         for hs, q in SCORER_SHAPES:
             for variant in free:
                 measure(pool, 1048576, 8, hs, q, variant)
+    # The first grid's default rows again, last (fresh tables): a row that reads slower
+    # first than again says the run's order cost it, not the kernel (bench/PERF.md, Leads)
+    for hs, q in SCORER_SHAPES:
+        measure(pool, contexts[0], batches[0], hs, q, label={"again": True})
     return rows
 
 

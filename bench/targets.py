@@ -181,6 +181,7 @@ def _nvfp4(report: dict, n: int, large: float, small: float) -> dict:
         figures += "; Gaussian keys " + _by_shape(gaussian, lambda r: f"{_of_gathered(r):.2f} at {_grid(r)}")
         judged += [(r, _of_gathered(r), _goal(r, large, small)) for r in gaussian]
     figures += _worst(judged) + _decode_room(report, rows, large, small)
+    figures += _again(report.get("scorer", []), rows, lambda r: _goal(r, large, small))
     margin = min(figure - goal for _, figure, goal in judged)
     return _verdict(target, figures, margin >= 0, margin)
 
@@ -231,22 +232,22 @@ def _msa(report: dict, fmt: str, least: float) -> dict:
     read, each >= ``least``; where a shape misses, its ring alone (``_feed_room``)."""
     target = f"MSA scorer, {fmt} keys, >= {least:.2f} of the gathered read at every shape from {_tokens(JUDGED_FROM)}"
     rows = [r for r in _judged(report.get("msa_scorer", [])) if r["format"] == fmt]
-    return _each_at_least(target, rows, least, _feed_room(report, fmt, rows, least) + _again(report, fmt, rows, least))
+    section = [r for r in report.get("msa_scorer", []) if r["format"] == fmt]
+    return _each_at_least(
+        target, rows, least, _feed_room(report, fmt, rows, least) + _again(section, rows, lambda r: least)
+    )
 
 
-def _again(report: dict, fmt: str, rows: list[dict], least: float) -> str:
-    """For the rows under ``least`` that the MSA section timed again at its end (the same
-    launch, fresh tables), the figure again, as a tail: a first timing far under it is the
-    run's order, not the kernel (bench/PERF.md, Leads). The verdict stays on the first."""
-    again = {
-        _point(r): r
-        for r in report.get("msa_scorer", [])
-        if r["format"] == fmt and r.get("variant") == {"again": True} and r.get("gathered_read")
-    }
+def _again(section: list[dict], rows: list[dict], goal) -> str:
+    """For the ``rows`` under their ``goal(row)`` that the ``section`` timed again at its
+    end (the same launch, fresh tables), the figure again, as a tail: a first timing far
+    under it is the run's order, not the kernel (bench/PERF.md, Leads). The verdict stays
+    on the first."""
+    again = {_point(r): r for r in section if r.get("variant") == {"again": True} and r.get("gathered_read")}
     parts = [
         f"{_shape(r['hs'], r['slots'])} {_of_gathered(again[_point(r)]):.2f} at {_grid(r)}"
         for r in rows
-        if _of_gathered(r) < least and _point(r) in again
+        if _of_gathered(r) < goal(r) and _point(r) in again
     ]
     return "; timed again at the section's end " + ", ".join(parts) if parts else ""
 

@@ -269,6 +269,12 @@ def test_scorer_verdicts_hold_each_row_to_its_gathered_read():
         " worst Hs 4 / 1 slot at 1 x 1M, 0.75 against 0.85"
     )
     assert (n8["met"], n8.get("noise")) == (False, None)
+    # the section's first grid timed again at its end: the figure again beside a row under its goal
+    report["scorer"].append(row(1, 8, 8, k128, 0.68, 0.80, again=True))
+    again = judge(report)[0]
+    assert again["figures"] == n8["figures"] + "; timed again at the section's end Hs 1 0.85 at 8 x 128K"
+    assert again["met"] is False  # the verdict stays on the first timing
+    report["scorer"].pop()
     # 0.77 / 0.90 = 0.856: met by 0.006, so within noise; the probe's 0.95 at its grid
     n16 = verdicts["N 16"]
     assert n16["figures"] == (
