@@ -207,6 +207,14 @@ SCORER_VARIANTS = (
     # grid's default, can read slow for the run's order alone (bench/PERF.md, Leads)
     + [dict(kernel="wgmma", guard=True), dict(kernel="wgmma", guard=False)]
 )
+# At N 8 (Hs 1) beside them: a register cap of 64, which leaves room for 8 programs an SM
+# where the policy's 80 leaves 6, on the exact route and on the E4M3 route (with 8 partial
+# maxima, its shared memory's share) beside the route's own launch: a lead (bench/PERF.md)
+N8_VARIANTS = (
+    dict(kernel="wgmma", register_cap=64),
+    dict(decode="e4m3"),
+    dict(decode="e4m3", register_cap=64, partials=8),
+)
 
 
 def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen) -> list[dict]:
@@ -258,7 +266,8 @@ def scorer_section(pool: CachePool, contexts, batches, read_ceiling: float, gen)
         if e4m3:
             measure(pool, ctx, batch, hs, q, dict(decode="e4m3"), label={"mma": "e4m3"})
     for hs in (1, 4):
-        for variant in SCORER_VARIANTS:
+        n8 = [v for v in N8_VARIANTS if e4m3 or "decode" not in v] if hs == 1 else []
+        for variant in (*SCORER_VARIANTS, *n8):
             measure(pool, 131072, 8, hs, SLOTS, variant)
     # The same calls on a cache of quantized Gaussian keys: the scale bytes of a real cache
     # cluster, and the kernel's per-group table gathers then touch fewer distinct lines

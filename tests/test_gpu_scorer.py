@@ -204,11 +204,11 @@ def test_gpu_scorers_score_the_slots_from_first_slot(hs, kernel):
 
 @pytest.mark.parametrize("hs", [1, 4])
 def test_the_benchs_scorer_variants_launch_at_their_size(hs):
-    """Each variant row of the bench (``SCORER_VARIANTS``: 8 x 128K, Hs 1 and 4 on 8 slots)
-    launches at that size and scores the page every slot's causal range holds: a variant
-    the kernel has no room for is refused before it launches, never failed by the driver
-    halfway through a bench (a ring beside N 32's 8-page maxima did that)."""
-    from bench.suite import SCORER_VARIANTS
+    """Each variant row of the bench (``SCORER_VARIANTS``: 8 x 128K, Hs 1 and 4 on 8 slots;
+    ``N8_VARIANTS`` at Hs 1) launches at that size and scores the page every slot's causal
+    range holds: a variant the kernel has no room for is refused before it launches, never
+    failed by the driver halfway through a bench (a ring beside N 32's 8-page maxima did that)."""
+    from bench.suite import N8_VARIANTS, SCORER_VARIANTS
     from bench.timing import CachePool, random_tile
 
     dev = torch.device("cuda")
@@ -218,7 +218,7 @@ def test_the_benchs_scorer_variants_launch_at_their_size(hs):
     table = torch.randint(0, 64, (batch, pages), generator=gen, dtype=torch.int32).to(dev)
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=dev)
     tile = random_tile(batch, hs, gen, dev)
-    for variant in SCORER_VARIANTS:
+    for variant in [*SCORER_VARIANTS, *(N8_VARIANTS if hs == 1 else ())]:
         out = torch.full((batch, SLOTS * hs, pages), 7.0, device=dev)
         score_variant(tile, pool.cache, table, lens, out, **variant)
         assert not bool((out[:, :, 0] == 7.0).any()), variant  # every slot scores the first page
