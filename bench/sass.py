@@ -74,7 +74,7 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import DECODES, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, decode_mma, for_kernel
+from .variants import DECODES, PARTIALS, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, decode_mma, for_kernel
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -127,6 +127,8 @@ def scorer_sass(
     loads_only: bool = False,
     decode: str = "exact",
     guard: bool = True,
+    register_cap: int | str = "auto",
+    partials: int | None = None,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -139,7 +141,11 @@ def scorer_sass(
     half-blocks in its ring (``score_blocks``' stages); None the policy's); loads_only: the
     probe of the kernel's loads in its place (``variant_launch``' and
     ``block_variant_launch``'); decode: the wgmma kernel's decode or a probe of it, guard
-    False: the wgmma kernel without its block-id guard (``variant_launch``')."""
+    False: the wgmma kernel without its block-id guard, register_cap: its registers a
+    thread ("auto": the policy's), partials: its partial maxima a page and row (None: the
+    policy's) (``variant_launch``')."""
+    if kernel != "wgmma" and (register_cap != "auto" or partials is not None):
+        raise ValueError(f"register_cap / partials: the wgmma kernel's, not {kernel!r}'s")
     mma = decode_mma(decode)  # the E4M3-MMA route (or its probe), as the launchers take it
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
@@ -176,7 +182,7 @@ def scorer_sass(
             "DEPTH": depth or WGMMA_DEPTH,
             "PREFETCH": pdl,
             "RELEASE": False,
-            "PARTS": partial_maxima(rows, ppp),
+            "PARTS": partials or partial_maxima(rows, ppp),
             "RECORD": False,
             "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
             "TABLES": shared_tables(rows),
@@ -195,8 +201,9 @@ def scorer_sass(
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         src = _source(fn, {k: v for k, v in fields if k != "TOK"}, constexprs)
         num_warps = 4  # one warpgroup
-        if (cap := max_registers(live)) is not None:
-            options["maxnreg"] = cap  # as score_pages launches it
+        cap = max_registers(live) if register_cap == "auto" else register_cap
+        if cap is not None:
+            options["maxnreg"] = cap  # as score_pages launches it, or the variant's
     else:
         constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         # a bench variant without the guard's operands
@@ -532,6 +539,12 @@ def main(argv=None) -> int:
         default="exact",
         help="wgmma: the decode, or a probe of it (the bench's decode= rows); e4m3: the E4M3-MMA route (msa-fp8 too)",
     )
+    parser.add_argument(
+        "--register-cap", type=_int_in(64, 255), help="wgmma only: registers a thread (default: the policy's)"
+    )
+    parser.add_argument(
+        "--partials", type=int, choices=PARTIALS, help="wgmma only: partial maxima a page and row (default: policy)"
+    )
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument(
         "--parts",
@@ -552,6 +565,9 @@ def main(argv=None) -> int:
         help="how many instructions ahead of its first use each global load is issued",
     )
     args = parser.parse_args(argv)
+    for flag, value in (("--register-cap", args.register_cap), ("--partials", args.partials)):
+        if value is not None and args.kernel != "wgmma":
+            parser.error(f"argument {flag}: the wgmma kernel's, not {args.kernel}'s")
     if args.kernels:
         print("\n".join(compile_kernels(args.capability)))
         return 0
@@ -567,10 +583,14 @@ def main(argv=None) -> int:
         args.parts,
         args.ring,
         decode=args.decode,
+        register_cap="auto" if args.register_cap is None else args.register_cap,
+        partials=args.partials,
     )
-    decode = "" if args.decode == "exact" else f" decode={args.decode}"
+    knobs = "" if args.decode == "exact" else f" decode={args.decode}"
+    knobs += "" if args.register_cap is None else f" register_cap={args.register_cap}"
+    knobs += "" if args.partials is None else f" partials={args.partials}"
     print(
-        f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''}{decode} "
+        f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''}{knobs} "
         f"tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}"
     )
     registers, static, dynamic = resources(usage)

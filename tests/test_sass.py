@@ -28,6 +28,40 @@ def test_sass_tool_refuses_shapes_no_launch_makes(capsys):
             main(argv)
         assert exit_.value.code == 2, (argv, name)
         assert f"argument {name}: must be in" in capsys.readouterr().err
+    # the wgmma kernel's tuning, refused for another kernel and out of its range
+    for argv, said in (
+        (["--kernel", "prmt", "--partials", "8"], "argument --partials: the wgmma kernel's, not prmt's"),
+        (["--kernel", "msa-fp8", "--register-cap", "64"], "argument --register-cap: the wgmma kernel's"),
+        (["--register-cap", "63"], "argument --register-cap: must be in"),
+        (["--partials", "5"], "argument --partials: invalid choice"),
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        assert exit_.value.code == 2 and said in capsys.readouterr().err, argv
+
+
+def test_the_benchs_capped_n8_rows_compile_unspilled_with_their_programs():
+    """The bench's N 8 rows at a register cap (``bench.suite.N8_VARIANTS``, 8 x 128K, Hs 1)
+    compiled as ``variant_launch`` launches them (no PDL; the pages a program the policy
+    picks there on 132 SMs): under the cap, nothing spilled, and the 8 programs an SM the
+    cap is for held by registers — a kernel change that spills them would make the row time
+    local-memory traffic, not the programs."""
+    from bench.suite import N8_VARIANTS
+    from fast.scorer import pages_per_program
+
+    pages = pages_per_program(8, 131072 // 128, 132, 8)
+    capped = [v for v in N8_VARIANTS if isinstance(v.get("register_cap"), int)]
+    assert len(capped) == 2  # both routes
+    for variant in capped:
+        flags = ["--hs", "1", "--pages", str(pages), "--register-cap", str(variant["register_cap"])]
+        flags += ["--decode", variant["decode"]] if "decode" in variant else []
+        flags += ["--partials", str(variant["partials"])] if "partials" in variant else []
+        done = _compile_only("-m", "bench.sass", *flags)
+        assert done.returncode == 0, done.stderr
+        usage, held = done.stdout.splitlines()[:2]
+        assert int(re.search(r"REG:(\d+)", usage).group(1)) <= variant["register_cap"], usage
+        assert "STACK:0 " in usage and "LOCAL:0 " in usage, (variant, usage)
+        assert held.startswith("programs an SM (sm_90): 8 (8 by registers"), (variant, held)
 
 
 @pytest.mark.parametrize("kernel", ["wgmma", "prmt"])
