@@ -16,20 +16,19 @@ placement whose first timing matches the later ones names what the slow row shar
 from __future__ import annotations
 
 import argparse
-import math
 import subprocess
 import sys
 
 import torch
 
-from indexer_constants import PAGE, PAGE_BYTES, SLOTS
+from indexer_constants import PAGE, SLOTS
 
-from .suite import BATCHES, CONTEXTS
-from .timing import FLUSH_BYTES, CachePool, ceilings, cold_time_us, random_tile
+from .suite import BATCHES, CONTEXTS, SCORER_OPERANDS, scorer_operands
+from .timing import CachePool, ceilings, cold_time_us
 from .variants import score_variant
 
 BATCH, CONTEXT = 8, 131072  # the section's first grid
-BUFFERS = ("tables", "tile", "lens", "out")  # a row's buffers, in the order the suite makes them
+BUFFERS = SCORER_OPERANDS  # a row's buffers, in the order the suite makes them
 PAD_BYTES = 1 << 20  # a small-pool block (PyTorch's caching allocator): moves what follows it
 # what comes before the first timed row: its buffers (pad) moved by a pad, or another shape's call
 PLACEMENTS = {
@@ -50,26 +49,16 @@ def address(t: torch.Tensor) -> str:
 
 
 def row_buffers(pool: CachePool, hs: int, gen, pad: tuple = ()) -> tuple[dict, list]:
-    """A row's buffers at the first grid as ``suite.scorer_us`` makes them — tables (one
-    int32 [8, 1024] a cold set), tile [8, 8, hs, 128] e4m3, lens int32 [8], out fp32
-    [8, 8 hs, 1024] — each named in ``pad`` made after a held PAD_BYTES block; returns
-    (buffers by name, the pads to hold while it is timed)."""
-    pages = CONTEXT // PAGE
-    device = pool.device
+    """A row's operands at the first grid as ``suite.scorer_us`` makes them
+    (``suite.scorer_operands``), each named in ``pad`` made after a held PAD_BYTES block;
+    returns (operands by name, the pads to hold while it is timed)."""
     held = []
-    made = {}
-    for name in BUFFERS:
+
+    def before(name: str) -> None:
         if name in pad:
-            held.append(torch.empty(PAD_BYTES, dtype=torch.uint8, device=device))
-        if name == "tables":
-            made[name] = pool.tables(BATCH, pages, math.ceil(FLUSH_BYTES / (BATCH * pages * PAGE_BYTES)), gen)
-        elif name == "tile":
-            made[name] = random_tile(BATCH, hs, gen, device)
-        elif name == "lens":
-            made[name] = torch.full((BATCH,), pages * PAGE + 1, dtype=torch.int32, device=device)
-        else:
-            made[name] = torch.empty(BATCH, SLOTS * hs, pages, device=device)
-    return made, held
+            held.append(torch.empty(PAD_BYTES, dtype=torch.uint8, device=pool.device))
+
+    return scorer_operands(pool, BATCH, CONTEXT // PAGE, hs, gen, before=before), held
 
 
 def time_row(pool: CachePool, gen, hs: int = 1, slots: int = 8, pad: tuple = ()) -> tuple[float, dict]:

@@ -140,19 +140,39 @@ def machine_header() -> dict:
     }
 
 
+SCORER_OPERANDS = ("tables", "tile", "lens", "out")  # a scorer row's, in the order they are made
+
+
+def scorer_operands(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False, before=None) -> dict:
+    """A scorer row's operands by name, made in SCORER_OPERANDS' order: ``tables`` (int32
+    [batch, pages] a cold set, together past FLUSH_BYTES; hot: every id 0), ``tile`` (e4m3
+    [batch, 8, hs, 128]), ``lens`` (int32 [batch]) and ``out`` (fp32 [batch, 8 hs, pages]);
+    ``before(name)``, where given, runs before each is made (``bench.first_rows`` places
+    them with it)."""
+    device = pool.device
+    step = before or (lambda name: None)
+    step("tables")
+    tables = pool.tables(batch, pages, min(math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES)), 64), gen)
+    if hot:
+        tables = [torch.zeros_like(t) for t in tables]
+    step("tile")
+    tile = random_tile(batch, hs, gen, device)
+    step("lens")
+    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
+    step("out")
+    out = torch.empty(batch, SLOTS * hs, pages, device=device)
+    return {"tables": tables, "tile": tile, "lens": lens, "out": out}
+
+
 def scorer_us(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False, **variant) -> float:
     """Median µs of one scorer call on ``batch`` rows of ``pages`` cold pages each (hot: every
     column one page, which L1 / L2 serve: the kernel without HBM); variant:
     ``scorer_variants.variant_launch`` keywords (kernel, pages_per_program, loads_only, ...)."""
-    device = pool.device
-    sets = math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES))
-    tables = pool.tables(batch, pages, min(sets, 64), gen)
-    if hot:
-        tables = [torch.zeros_like(t) for t in tables]
-    tile = random_tile(batch, hs, gen, device)
-    lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
-    out = torch.empty(batch, SLOTS * hs, pages, device=device)
-    return cold_time_us(lambda i: score_variant(tile, pool.cache, tables[i], lens, out, **variant), len(tables))
+    o = scorer_operands(pool, batch, pages, hs, gen, hot)
+    tables = o["tables"]
+    return cold_time_us(
+        lambda i: score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], **variant), len(tables)
+    )
 
 
 def torch_stock_us(pool: CachePool, batch: int, pages: int, query_len: int, gen) -> float:

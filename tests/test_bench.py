@@ -748,7 +748,8 @@ def test_the_e4m3_probe_runs_in_its_child():
 def test_first_rows_placements_move_the_rows_buffers():
     """bench.first_rows: each placement's pads name buffers a row has, every buffer is moved
     by one placement alone or with others, one placement is the suite's own order; the CLI
-    refuses --here without exactly one placement before it touches a GPU."""
+    refuses --here without exactly one placement before it touches a GPU; the suite's
+    ``scorer_operands`` calls the hook before each operand, in the order it names them."""
     from bench import first_rows
 
     pads = [set(p.get("pad", ())) for p in first_rows.PLACEMENTS.values()]
@@ -759,6 +760,14 @@ def test_first_rows_placements_move_the_rows_buffers():
     for argv in (["--here"], ["--here", "--placement", "bench", "--placement", "out"]):
         with pytest.raises(SystemExit):
             first_rows.main(argv)
+    # the pads are placed by the suite's own operands' maker, each before the one it names
+    from bench.suite import SCORER_OPERANDS, scorer_operands
+    from bench.timing import CachePool
+
+    seen = []
+    made = scorer_operands(CachePool(4 * 64 + 8, torch.device("cpu")), 2, 64, 4, torch.Generator(), before=seen.append)
+    assert tuple(seen) == tuple(made) == SCORER_OPERANDS == first_rows.BUFFERS
+    assert made["out"].shape == (2, 8 * 4, 64) and made["tile"].shape == (2, 8, 4, 128)
 
 
 @pytest.mark.gpu
