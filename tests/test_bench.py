@@ -609,9 +609,13 @@ def test_msa_sections_run_check_and_print(capsys):
     )
     # each format's cold rows, then its hot ones (one set of tables: L2-resident blocks),
     # the dot kernel's (cold: the portable route's, at every grid), then on a GPU the ring's
-    # probe for each shape the mma kernel scores, and last the first cold grid again
+    # probe for each shape the mma kernel scores, fp8's E4M3-MMA route where the device runs
+    # it, and last the first cold grid again
     from fast.msa.scorer import KEY_FORMATS, hopper_kernel
+    from fast.route import device_route
     from fast.scorer import mma_rows
+
+    e4m3 = dev.type == "cuda" and device_route(dev).e4m3_mma
 
     want = []
     for f in ("bf16", "fp8"):
@@ -623,6 +627,7 @@ def test_msa_sections_run_check_and_print(capsys):
             for hs, slots in bench_msa.MSA_SHAPES
             if dev.type == "cuda" and hopper_kernel(KEY_FORMATS[f], mma_rows(hs * slots)) == "mma"
         ]
+        want += [(f, 2, 256, hs, slots, {"mma": "e4m3"}) for hs, slots in bench_msa.MSA_SHAPES if f == "fp8" and e4m3]
         want += [(f, 2, 256, hs, slots, {"again": True}) for hs, slots in bench_msa.MSA_SHAPES]
     assert [(r["format"], r["batch"], r["context"], r["hs"], r["slots"], r.get("variant")) for r in rows] == want
     assert calls[4:8] == [1] * 4  # the hot rows: one call a shape
@@ -630,7 +635,8 @@ def test_msa_sections_run_check_and_print(capsys):
     bench_msa.print_msa({"msa_scorer": rows}, sys.stdout)
     printed = capsys.readouterr().out
     assert printed.count("  hot=True\n") == 8 and printed.count("  default\n") == 8
-    assert printed.count("  kernel=dot\n") == 8 and printed.count("  loads_only=True\n") == len(want) - 32
+    assert printed.count("  kernel=dot\n") == 8 and printed.count("  mma=e4m3\n") == (4 if e4m3 else 0)
+    assert printed.count("  loads_only=True\n") == len(want) - 32 - (4 if e4m3 else 0)
     assert printed.count("  again=True\n") == 8
     # 2 requests x 2 blocks of 32 KB / 16 KB in 2 µs, against a 100 GB/s ceiling
     assert rows[0]["GBps"] == pytest.approx(2 * 2 * 32768 / 2.0 / 1e3) and rows[-1]["of_read_ceiling"] > 0
