@@ -182,7 +182,7 @@ def scorer_sass(
             "DEPTH": depth or WGMMA_DEPTH,
             "PREFETCH": pdl,
             "RELEASE": False,
-            "PARTS": partials or partial_maxima(rows, ppp),
+            "PARTS": partials or partial_maxima(rows, ppp, mma),
             "RECORD": False,
             "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
             "TABLES": shared_tables(rows),

@@ -169,7 +169,7 @@ def variant_launch(
     o = launch.options
     if kernel == "wgmma":
         if pages_per_program:
-            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program)
+            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program, mma)
         o["DEPTH"] = blocks_ahead or o["DEPTH"]
         o["PARTS"] = partials or o["PARTS"]
         # loads_only probes the register-fed kernel's memory side, its gather through L1 included

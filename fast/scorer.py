@@ -67,15 +67,15 @@ def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
 
 
 def max_registers(rows: int) -> int | None:
-    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows
-    (None: the compiler's choice).
+    """The register cap the wgmma kernel is compiled with for ``rows`` live query rows, on
+    either route (None: the compiler's choice).
 
-    At N = 16 the compiler's choice (96) leaves one program per SM fewer than 80 registers
-    would (registers go out per warp in units of 256), and 80 spills nothing there
-    (``tests/test_sass.py`` checks the spills); at N = 8 the compiler picks 80 itself. From
-    N = 32 the compiler's choice stands: a cap of 96 (5 programs an SM, no spills since the
-    scale loads moved into PTX) measured no faster (PERF.md)."""
-    return 80 if mma_rows(rows) <= 16 else None
+    Registers go out per warp in units of 256, so a cap is programs an SM: at N = 8, 64
+    (8 programs; the compiler's own 80 gives 6), at N = 16, 80 (6; its own 96 gives 5).
+    Neither spills (``tests/test_sass.py`` checks the spills). From N = 32 the compiler's
+    choice stands: a cap of 96 (5 programs an SM) measured no faster (PERF.md)."""
+    n = mma_rows(rows)
+    return 64 if n == 8 else 80 if n == 16 else None
 
 
 def ring_pages(rows: int, pages: int, mma: str = "exact") -> int:
@@ -104,7 +104,7 @@ def shared_tables(rows: int) -> int:
 def shared_bytes(rows: int, pages: int, mma: str = "exact") -> int:
     """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program on the
     ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages), mma)
+    return dynamic_bytes(rows, pages, partial_maxima(rows, pages, mma), mma)
 
 
 def max_ring(rows: int, pages: int, tables: int | None = None, mma: str = "exact") -> int:
@@ -229,7 +229,7 @@ def plan_scorer(
             SLOT0=first_slot,
             PPP=ppp,
             ROWS=rows,
-            PARTS=partial_maxima(rows, ppp),
+            PARTS=partial_maxima(rows, ppp, mma),
             RECORD=record,
             DEPTH=WGMMA_DEPTH,
             RING=ring_pages(rows, ppp, mma),

@@ -11,13 +11,17 @@ from triton.experimental.gluon import language as gl
 from triton.runtime.jit import constexpr_function
 
 
-def partial_maxima(rows: int, pages: int) -> int:
-    """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program:
-    32 (one per thread of a warp's 32 token pairs — no shuffle in the page loop) where the
-    epilogue's share is small and the shared memory is not what limits the programs an
-    SM — up to 8 rows, or 16 rows with 4 or more pages a program (each warp reduces its own
-    page); else 8 (two shuffle rounds a page). At N = 32, 32 partials beside the page ring
-    would leave shared memory for fewer programs an SM than the registers allow."""
+def partial_maxima(rows: int, pages: int, mma: str = "exact") -> int:
+    """The partial maxima per page and row kept at N = ``rows`` with ``pages`` per program
+    on the ``mma`` route: 32 (one per thread of a warp's 32 token pairs — no shuffle in the
+    page loop) where the epilogue's share is small and the shared memory is not what limits
+    the programs an SM — up to 8 rows, or 16 rows with 4 or more pages a program (each warp
+    reduces its own page); else 8 (two shuffle rounds a page). At N = 32, 32 partials beside
+    the page ring would leave shared memory for fewer programs an SM than the registers
+    allow; so would they on the E4M3 route at N = 8, where the register cap leaves room
+    for 8 programs (its q tile, E4M3, shares no buffer with the maxima)."""
+    if rows == 8 and mma == "e4m3":
+        return 8
     return 32 if rows <= 8 or (rows == 16 and pages >= 4) else 8
 
 
