@@ -1,16 +1,18 @@
-"""``python -m bench.first_rows``: what makes the NVFP4 scorer section's first row read slow.
+"""``python -m bench.first_rows``: what makes the NVFP4 scorer section's first rows read slow.
 
 In a whole ``make bench`` the section's first row (Hs 1, 8 slots, 8 x 128K) reads ~9% slower
-than the same launch timed later in the run, and three verdicts read it (bench/PERF.md,
-"Leads"). Re-timing the same shape did not move it in a driver; a timed row of another shape
-did. A candidate is where the row's small buffers land (its block tables, q tile, lengths,
-``out``): the same shape re-timed gets the same freed blocks back, another shape moves them.
+than the same launch timed later in the run, and three verdicts read such rows (bench/PERF.md,
+"Leads"). Measured so far (H100, fifty-third session): in a fresh process that reaches the
+row as the suite does (the read ceilings, then the cache pool), its first one or two timings
+are slow and the rest are not, wherever its small buffers land (a held pad moved each of
+them: no change) and after a 3-5 s sleep too; an untimed call before does not take the slow
+timing's place, a timed row of another shape does. Without the ceilings before the pool, no
+timing is slow.
 
-Each placement runs in a fresh process that reaches the row as the suite does (the read
-ceilings, then the cache pool), then times the row with one of its buffers moved by a pad
-held while it is timed (or after another shape's call), then twice more as the suite would
-build it; each buffer's address is printed as its 2 MB page and the offset in it. The
-placement whose first timing matches the later ones names what the slow row shares.
+Each prelude runs in a fresh process, then times the row ROW_TIMINGS times as the suite
+would (``suite.scorer_operands``, ``timing.cold_time_us``); what the preludes vary is what
+the ceilings leave behind: the memory they freed (kept by PyTorch's caching allocator, where
+the pool is then carved), or their work itself.
 """
 
 from __future__ import annotations
@@ -23,100 +25,99 @@ import torch
 
 from indexer_constants import PAGE, SLOTS
 
-from .suite import BATCHES, CONTEXTS, SCORER_OPERANDS, scorer_operands
+from .suite import BATCHES, CONTEXTS, scorer_operands
 from .timing import CachePool, ceilings, cold_time_us
 from .variants import score_variant
 
 BATCH, CONTEXT = 8, 131072  # the section's first grid
-BUFFERS = SCORER_OPERANDS  # a row's buffers, in the order the suite makes them
-PAD_BYTES = 1 << 20  # a small-pool block (PyTorch's caching allocator): moves what follows it
-# what comes before the first timed row: its buffers (pad) moved by a pad, or another shape's call
-PLACEMENTS = {
-    "bench": {},  # as the suite reaches it
-    "tables": {"pad": ("tables",)},
-    "tile-lens": {"pad": ("tile", "lens")},
-    "out": {"pad": ("out",)},
-    "all": {"pad": BUFFERS},
-    "untimed-hs4": {"before": "untimed"},  # after one untimed call of Hs 4, one slot
-    "timed-hs4": {"before": "timed"},  # after a timed row of Hs 4, one slot
+ROW_TIMINGS = 4
+POOL_PAGES = max(BATCHES) * max(CONTEXTS) // PAGE + 1024  # the suite's pool
+CEILING_BYTES = 4 << 30  # each of ``timing.ceilings``' two buffers
+STEPS = ("ceilings", "buffers", "empty", "pool", "hs4", "untimed")
+# What runs before the row's timings, in order (STEPS): "ceilings" (``timing.ceilings``), "pool" (the
+# suite's CachePool), "empty" (``torch.cuda.empty_cache``: the freed memory back to the
+# driver), "buffers" (the ceilings' two buffers made, one copied into the other, freed: their
+# memory without their timed graphs), "hs4" (a timed row of Hs 4, one slot), "untimed" (one
+# call of that row, not timed).
+PRELUDES = {
+    "bench": ("ceilings", "pool"),  # as the suite reaches the row
+    "no-ceilings": ("pool",),
+    "empty-after": ("ceilings", "empty", "pool"),
+    "pool-first": ("pool", "ceilings"),
+    "buffers": ("buffers", "pool"),
+    "untimed-hs4": ("ceilings", "pool", "untimed"),
+    "timed-hs4": ("ceilings", "pool", "hs4"),
 }
 
 
-def address(t: torch.Tensor) -> str:
-    """``t``'s address as its 2 MB page and the offset in it ('0x3fe+0x00200')."""
-    p = t.data_ptr()
-    return f"{p >> 21:#x}+{p & ((1 << 21) - 1):#07x}"
-
-
-def row_buffers(pool: CachePool, hs: int, gen, pad: tuple = ()) -> tuple[dict, list]:
-    """A row's operands at the first grid as ``suite.scorer_us`` makes them
-    (``suite.scorer_operands``), each named in ``pad`` made after a held PAD_BYTES block;
-    returns (operands by name, the pads to hold while it is timed)."""
-    held = []
-
-    def before(name: str) -> None:
-        if name in pad:
-            held.append(torch.empty(PAD_BYTES, dtype=torch.uint8, device=pool.device))
-
-    return scorer_operands(pool, BATCH, CONTEXT // PAGE, hs, gen, before=before), held
-
-
-def time_row(pool: CachePool, gen, hs: int = 1, slots: int = 8, pad: tuple = ()) -> tuple[float, dict]:
-    """Median µs of the row (``cold_time_us`` over its cold sets, the suite's timer) and
-    each buffer's address."""
-    b, held = row_buffers(pool, hs, gen, pad)
-    tables = b["tables"]
+def time_row(pool: CachePool, gen, hs: int = 1, slots: int = 8) -> float:
+    """Median µs of the row at the first grid (``cold_time_us`` over its cold sets, the
+    suite's timer), its operands made as ``suite.scorer_us`` makes them."""
+    o = scorer_operands(pool, BATCH, CONTEXT // PAGE, hs, gen)
+    tables = o["tables"]
 
     def call(i):
-        score_variant(b["tile"], pool.cache, tables[i], b["lens"], b["out"], first_slot=SLOTS - slots)
+        score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=SLOTS - slots)
 
-    us = cold_time_us(call, len(tables))
-    del held
-    return us, {name: address(b[name][0] if name == "tables" else b[name]) for name in BUFFERS}
+    return cold_time_us(call, len(tables))
 
 
 def untimed_call(pool: CachePool, gen, hs: int, slots: int) -> None:
-    """One launch of the row's shape ``hs`` / ``slots``, not timed; its buffers freed after."""
-    b, _ = row_buffers(pool, hs, gen)
-    score_variant(b["tile"], pool.cache, b["tables"][0], b["lens"], b["out"], first_slot=SLOTS - slots)
+    """One launch of the row's shape ``hs`` / ``slots``, not timed; its operands freed after."""
+    o = scorer_operands(pool, BATCH, CONTEXT // PAGE, hs, gen)
+    score_variant(o["tile"], pool.cache, o["tables"][0], o["lens"], o["out"], first_slot=SLOTS - slots)
     torch.cuda.synchronize()
 
 
-def run_placement(name: str) -> None:
-    """In this process: the suite's start (ceilings, the pool), ``name``'s prelude, then the
-    row three times; one line a timing."""
-    placement = PLACEMENTS[name]
+def ceiling_buffers(device) -> None:
+    """``timing.ceilings``' two 4 GiB buffers made as it makes them and one copied into the
+    other, untimed, then freed (to PyTorch's cache)."""
+    src = torch.randint(0, 2**31 - 1, (CEILING_BYTES // 4,), dtype=torch.int32, device=device)
+    torch.empty_like(src).copy_(src)
+    torch.cuda.synchronize()
+
+
+def run_prelude(name: str) -> None:
+    """In this process: ``name``'s steps, then the row ROW_TIMINGS times; one line."""
     device = torch.device("cuda", 0)
     gen = torch.Generator().manual_seed(0)
-    ceilings(device)
-    pool = CachePool(max(BATCHES) * max(CONTEXTS) // PAGE + 1024, device)  # the suite's
-    before = placement.get("before")
-    if before == "timed":
-        time_row(pool, gen, hs=4, slots=1)
-    elif before == "untimed":
-        untimed_call(pool, gen, hs=4, slots=1)
-    for i in range(3):
-        us, where = time_row(pool, gen, pad=placement.get("pad", ()) if i == 0 else ())
-        spots = "  ".join(f"{k} {v}" for k, v in where.items())
-        print(f"{name:<12} timing {i + 1}: {us:6.1f} µs   {spots}", flush=True)
+    pool = None
+    for step in PRELUDES[name]:
+        if step == "ceilings":
+            ceilings(device)
+        elif step == "buffers":
+            ceiling_buffers(device)
+        elif step == "empty":
+            torch.cuda.empty_cache()
+        elif step == "pool":
+            pool = CachePool(POOL_PAGES, device)
+        elif step == "hs4":
+            time_row(pool, gen, hs=4, slots=1)
+        elif step == "untimed":
+            untimed_call(pool, gen, hs=4, slots=1)
+        else:
+            raise ValueError(f"prelude {name!r}: step {step!r} (one of {STEPS})")
+    torch.cuda.synchronize()
+    times = [time_row(pool, gen) for _ in range(ROW_TIMINGS)]
+    print(f"{name:<12} " + "  ".join(f"{us:6.1f}" for us in times) + "  µs", flush=True)
 
 
 def main(argv=None) -> int:
-    """Each placement (all by default) in a child process; its lines printed as it ends."""
+    """Each prelude (all by default) in a child process; its line printed as it ends."""
     parser = argparse.ArgumentParser(prog="python -m bench.first_rows", description=__doc__)
-    parser.add_argument("--placement", choices=list(PLACEMENTS), action="append", help="one or more (default: all)")
-    parser.add_argument("--here", action="store_true", help="run the one --placement in this process")
+    parser.add_argument("--prelude", choices=list(PRELUDES), action="append", help="one or more (default: all)")
+    parser.add_argument("--here", action="store_true", help="run the one --prelude in this process")
     args = parser.parse_args(argv)
-    names = args.placement or list(PLACEMENTS)
+    names = args.prelude or list(PRELUDES)
     if args.here:
         if len(names) != 1:
-            parser.error("--here: name exactly one --placement")
-        run_placement(names[0])
+            parser.error("--here: name exactly one --prelude")
+        run_prelude(names[0])
         return 0
-    print(torch.cuda.get_device_name(0), flush=True)
+    print(f"{torch.cuda.get_device_name(0)}: the row's {ROW_TIMINGS} timings after each prelude", flush=True)
     failed = 0
     for name in names:
-        child = [sys.executable, "-m", "bench.first_rows", "--here", "--placement", name]
+        child = [sys.executable, "-m", "bench.first_rows", "--here", "--prelude", name]
         done = subprocess.run(child, capture_output=True, text=True, timeout=300)
         print(done.stdout, end="", flush=True)
         if done.returncode != 0:

@@ -140,26 +140,17 @@ def machine_header() -> dict:
     }
 
 
-SCORER_OPERANDS = ("tables", "tile", "lens", "out")  # a scorer row's, in the order they are made
-
-
-def scorer_operands(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False, before=None) -> dict:
-    """A scorer row's operands by name, made in SCORER_OPERANDS' order: ``tables`` (int32
+def scorer_operands(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False) -> dict:
+    """A scorer row's operands by name, in the order they are made: ``tables`` (int32
     [batch, pages] a cold set, together past FLUSH_BYTES; hot: every id 0), ``tile`` (e4m3
-    [batch, 8, hs, 128]), ``lens`` (int32 [batch]) and ``out`` (fp32 [batch, 8 hs, pages]);
-    ``before(name)``, where given, runs before each is made (``bench.first_rows`` places
-    them with it)."""
+    [batch, 8, hs, 128]), ``lens`` (int32 [batch]) and ``out`` (fp32 [batch, 8 hs, pages])
+    (``scorer_us`` and ``bench.first_rows`` time rows on them)."""
     device = pool.device
-    step = before or (lambda name: None)
-    step("tables")
     tables = pool.tables(batch, pages, min(math.ceil(FLUSH_BYTES / (batch * pages * PAGE_BYTES)), 64), gen)
     if hot:
         tables = [torch.zeros_like(t) for t in tables]
-    step("tile")
     tile = random_tile(batch, hs, gen, device)
-    step("lens")
     lens = torch.full((batch,), pages * PAGE + 1, dtype=torch.int32, device=device)
-    step("out")
     out = torch.empty(batch, SLOTS * hs, pages, device=device)
     return {"tables": tables, "tile": tile, "lens": lens, "out": out}
 

@@ -751,49 +751,34 @@ def test_the_e4m3_probe_runs_in_its_child():
     assert probe_runs("e4m3", SCORER_SHAPES) is True
 
 
-def test_first_rows_placements_move_the_rows_buffers():
-    """bench.first_rows: each placement's pads name buffers a row has, every buffer is moved
-    by one placement alone or with others, one placement is the suite's own order; the CLI
-    refuses --here without exactly one placement before it touches a GPU; the suite's
-    ``scorer_operands`` calls the hook before each operand, in the order it names them."""
+def test_first_rows_preludes_are_made_of_known_steps():
+    """bench.first_rows: every prelude is made of the steps ``run_prelude`` knows, makes the
+    pool once and before any step that scores on it; "bench" is the suite's own start (the
+    read ceilings, then the pool); the CLI refuses --here without exactly one prelude before
+    it touches a GPU."""
     from bench import first_rows
 
-    pads = [set(p.get("pad", ())) for p in first_rows.PLACEMENTS.values()]
-    assert all(pad <= set(first_rows.BUFFERS) for pad in pads)
-    assert set().union(*pads) == set(first_rows.BUFFERS)
-    assert first_rows.PLACEMENTS["bench"] == {}
-    assert {p.get("before") for p in first_rows.PLACEMENTS.values()} == {None, "timed", "untimed"}
-    for argv in (["--here"], ["--here", "--placement", "bench", "--placement", "out"]):
+    for name, steps in first_rows.PRELUDES.items():
+        assert set(steps) <= set(first_rows.STEPS) and steps.count("pool") == 1, name
+        pool = steps.index("pool")
+        assert all(steps.index(s) > pool for s in ("hs4", "untimed") if s in steps), name
+    assert first_rows.PRELUDES["bench"] == ("ceilings", "pool")
+    assert {s for steps in first_rows.PRELUDES.values() for s in steps} == set(first_rows.STEPS)
+    for argv in (["--here"], ["--here", "--prelude", "bench", "--prelude", "no-ceilings"]):
         with pytest.raises(SystemExit):
             first_rows.main(argv)
-    # the pads are placed by the suite's own operands' maker, each before the one it names
-    from bench.suite import SCORER_OPERANDS, scorer_operands
-    from bench.timing import CachePool
-
-    seen = []
-    made = scorer_operands(CachePool(4 * 64 + 8, torch.device("cpu")), 2, 64, 4, torch.Generator(), before=seen.append)
-    assert tuple(seen) == tuple(made) == SCORER_OPERANDS == first_rows.BUFFERS
-    assert made["out"].shape == (2, 8 * 4, 64) and made["tile"].shape == (2, 8, 4, 128)
 
 
 @pytest.mark.gpu
 @pytest.mark.hopper
-def test_first_rows_pad_moves_only_the_buffer_it_names(capsys):
-    """bench.first_rows on the GPU: the row timed three times in each placement's child, and
-    the pad before ``out`` moves ``out`` and nothing else (the same buffers as the suite's
-    order otherwise): a placement's timing then speaks of that buffer alone."""
-    import re
-
+def test_first_rows_times_the_row_after_each_prelude(capsys):
+    """bench.first_rows on the GPU: each prelude's child prints one line of the row's
+    ROW_TIMINGS timings, each a positive number of µs."""
     from bench import first_rows
 
-    assert first_rows.main(["--placement", "bench", "--placement", "out"]) == 0
-    lines = [line for line in capsys.readouterr().out.splitlines() if " timing " in line]
-    assert len(lines) == 6, lines
-    first = {
-        line.split()[0]: dict(re.findall(r"(tables|tile|lens|out) (0x[0-9a-f]+\+0x[0-9a-f]+)", line))
-        for line in lines
-        if "timing 1:" in line
-    }
-    assert set(first) == {"bench", "out"} and all(len(spots) == 4 for spots in first.values()), lines
-    moved = {name for name in first_rows.BUFFERS if first["bench"][name] != first["out"][name]}
-    assert moved == {"out"}, first
+    assert first_rows.main(["--prelude", "bench", "--prelude", "no-ceilings"]) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.endswith("µs")]
+    assert [line[0] for line in lines] == ["bench", "no-ceilings"], lines
+    for line in lines:
+        times = [float(t) for t in line[1:-1]]
+        assert len(times) == first_rows.ROW_TIMINGS and min(times) > 0, line
