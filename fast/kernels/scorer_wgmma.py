@@ -240,7 +240,7 @@ def score_kernel_wgmma(
     PDL: gl.constexpr,
     PREFETCH: gl.constexpr,  # (PDL) the lengths, the table and the first blocks loaded before the wait
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
-    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP)
+    PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP, mma)
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
