@@ -10,9 +10,9 @@ timing's place, a timed row of another shape does. Without the ceilings before t
 timing is slow.
 
 Each prelude runs in a fresh process, then times the row ROW_TIMINGS times as the suite
-would (``suite.scorer_operands``, ``timing.cold_time_us``); what the preludes vary is what
-the ceilings leave behind: the memory they freed (kept by PyTorch's caching allocator, where
-the pool is then carved), or their work itself.
+would (``suite.scorer_us``); what the preludes vary is what the ceilings leave behind: the
+memory they freed (kept by PyTorch's caching allocator, where the pool is then carved), or
+their work itself.
 """
 
 from __future__ import annotations
@@ -25,14 +25,12 @@ import torch
 
 from indexer_constants import PAGE, SLOTS
 
-from .suite import BATCHES, CONTEXTS, scorer_operands
-from .timing import CachePool, ceilings, cold_time_us
+from .suite import POOL_PAGES, scorer_operands, scorer_us
+from .timing import CEILING_BYTES, CachePool, ceilings
 from .variants import score_variant
 
 BATCH, CONTEXT = 8, 131072  # the section's first grid
 ROW_TIMINGS = 4
-POOL_PAGES = max(BATCHES) * max(CONTEXTS) // PAGE + 1024  # the suite's pool
-CEILING_BYTES = 4 << 30  # each of ``timing.ceilings``' two buffers
 STEPS = ("ceilings", "buffers", "empty", "pool", "hs4", "untimed")
 # What runs before the row's timings, in order (STEPS): "ceilings" (``timing.ceilings``), "pool" (the
 # suite's CachePool), "empty" (``torch.cuda.empty_cache``: the freed memory back to the
@@ -51,15 +49,8 @@ PRELUDES = {
 
 
 def time_row(pool: CachePool, gen, hs: int = 1, slots: int = 8) -> float:
-    """Median µs of the row at the first grid (``cold_time_us`` over its cold sets, the
-    suite's timer), its operands made as ``suite.scorer_us`` makes them."""
-    o = scorer_operands(pool, BATCH, CONTEXT // PAGE, hs, gen)
-    tables = o["tables"]
-
-    def call(i):
-        score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=SLOTS - slots)
-
-    return cold_time_us(call, len(tables))
+    """Median µs of the row at the first grid, timed as the suite times it (``suite.scorer_us``)."""
+    return scorer_us(pool, BATCH, CONTEXT // PAGE, hs, gen, first_slot=SLOTS - slots)
 
 
 def untimed_call(pool: CachePool, gen, hs: int, slots: int) -> None:

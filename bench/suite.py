@@ -140,6 +140,10 @@ def machine_header() -> dict:
     }
 
 
+# the NVFP4 section's cache pool: the largest grid's pages and spare (``bench.first_rows`` too)
+POOL_PAGES = max(BATCHES) * max(CONTEXTS) // PAGE + 1024
+
+
 def scorer_operands(pool: CachePool, batch: int, pages: int, hs: int, gen, hot: bool = False) -> dict:
     """A scorer row's operands by name, in the order they are made: ``tables`` (int32
     [batch, pages] a cold set, together past FLUSH_BYTES; hot: every id 0), ``tile`` (e4m3
@@ -698,7 +702,7 @@ def run_bench(
     report["ceilings"] = ceilings(device)
     report["gpu_state"] = [gpu_state("ceilings")]
     report["checks"] = {"scorer": check_scorer()}
-    pool = CachePool(max(BATCHES) * max(CONTEXTS) // PAGE + 1024, device)
+    pool = CachePool(POOL_PAGES, device)
     report["scorer"] = scorer_section(pool, contexts, batches, report["ceilings"]["stream_read_GBps"], gen)
     report["gpu_state"].append(gpu_state("nvfp4 scorer"))
     report["torch_stock"] = [

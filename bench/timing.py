@@ -92,9 +92,12 @@ def _xor(a, b):
     return a ^ b
 
 
+CEILING_BYTES = 4 << 30  # each of the ceilings' two buffers
+
+
 def ceilings(device) -> dict:
-    """Copy and streaming-read bandwidth over 4 GiB (GB/s, 1e9 bytes)."""
-    nbytes = 4 << 30
+    """Copy and streaming-read bandwidth over CEILING_BYTES (GB/s, 1e9 bytes)."""
+    nbytes = CEILING_BYTES
     src = torch.randint(0, 2**31 - 1, (nbytes // 4,), dtype=torch.int32, device=device)
     dst = torch.empty_like(src)
     copy_us = graph_time_us(lambda i: dst.copy_(src), 1)
