@@ -1,18 +1,17 @@
-"""``python -m bench.first_rows``: what makes the NVFP4 scorer section's first rows read slow.
+"""``python -m bench.first_rows``: what made the NVFP4 scorer section's first rows read slow.
 
-In a whole ``make bench`` the section's first row (Hs 1, 8 slots, 8 x 128K) reads ~9% slower
+In a whole ``make bench`` the section's first row (Hs 1, 8 slots, 8 x 128K) read ~10% slower
 than the same launch timed later in the run, and three verdicts read such rows (bench/PERF.md,
-"Leads"). Measured so far (H100, fifty-third session): in a fresh process that reaches the
-row as the suite does (the read ceilings, then the cache pool), its first one or two timings
-are slow and the rest are not, wherever its small buffers land (a held pad moved each of
-them: no change) and after a 3-5 s sleep too; an untimed call before does not take the slow
-timing's place, a timed row of another shape does. Without the ceilings before the pool, no
-timing is slow.
+"Leads"). Its first one or two timings were slow and the rest not, wherever its small buffers
+landed, after a 3-5 s sleep too (H100, fifty-third session). The preludes below found the
+cause (fifty-fourth session, H100): the cache pool carved from the read ceilings' freed
+buffers, kept by PyTorch's caching allocator. Made and copied with no timed graph, those
+buffers slow the row as much; handed back to the driver (``empty_cache``) before the pool,
+they do not. ``timing.ceilings`` now hands them back itself, so the "bench" prelude is the
+fixed start and "buffers" the old one.
 
 Each prelude runs in a fresh process, then times the row ROW_TIMINGS times as the suite
-would (``suite.scorer_us``); what the preludes vary is what the ceilings leave behind: the
-memory they freed (kept by PyTorch's caching allocator, where the pool is then carved), or
-their work itself.
+would (``suite.scorer_us``).
 """
 
 from __future__ import annotations
@@ -32,19 +31,20 @@ from .variants import score_variant
 BATCH, CONTEXT = 8, 131072  # the section's first grid
 ROW_TIMINGS = 4
 STEPS = ("ceilings", "buffers", "empty", "pool", "hs4", "untimed")
-# What runs before the row's timings, in order (STEPS): "ceilings" (``timing.ceilings``), "pool" (the
-# suite's CachePool), "empty" (``torch.cuda.empty_cache``: the freed memory back to the
-# driver), "buffers" (the ceilings' two buffers made, one copied into the other, freed: their
-# memory without their timed graphs), "hs4" (a timed row of Hs 4, one slot), "untimed" (one
-# call of that row, not timed).
+# What runs before the row's timings, in order (STEPS): "ceilings" (``timing.ceilings``, its
+# buffers handed back), "pool" (the suite's CachePool), "empty" (``torch.cuda.empty_cache``:
+# the freed memory back to the driver), "buffers" (the ceilings' two buffers made, one copied
+# into the other, freed to PyTorch's cache: the ceilings as they were before the fix, less
+# their timed graphs), "hs4" (a timed row of Hs 4, one slot), "untimed" (one call of that
+# row, not timed).
 PRELUDES = {
     "bench": ("ceilings", "pool"),  # as the suite reaches the row
     "no-ceilings": ("pool",),
-    "empty-after": ("ceilings", "empty", "pool"),
     "pool-first": ("pool", "ceilings"),
-    "buffers": ("buffers", "pool"),
-    "untimed-hs4": ("ceilings", "pool", "untimed"),
-    "timed-hs4": ("ceilings", "pool", "hs4"),
+    "buffers": ("buffers", "pool"),  # the slow start
+    "buffers-empty": ("buffers", "empty", "pool"),  # the fix, alone
+    "untimed-hs4": ("buffers", "pool", "untimed"),
+    "timed-hs4": ("buffers", "pool", "hs4"),
 }
 
 
@@ -62,7 +62,7 @@ def untimed_call(pool: CachePool, gen, hs: int, slots: int) -> None:
 
 def ceiling_buffers(device) -> None:
     """``timing.ceilings``' two 4 GiB buffers made as it makes them and one copied into the
-    other, untimed, then freed (to PyTorch's cache)."""
+    other, untimed, then freed to PyTorch's cache (not handed back, as the ceilings now do)."""
     src = torch.randint(0, 2**31 - 1, (CEILING_BYTES // 4,), dtype=torch.int32, device=device)
     torch.empty_like(src).copy_(src)
     torch.cuda.synchronize()

@@ -770,6 +770,18 @@ def test_first_rows_preludes_are_made_of_known_steps():
 
 
 @pytest.mark.gpu
+def test_ceilings_hand_their_buffers_back():
+    """``timing.ceilings`` leaves none of its two buffers in PyTorch's cache: the suite's
+    cache pool, carved from them, read its first timed rows slow (bench.first_rows)."""
+    from bench.timing import CEILING_BYTES, ceilings
+
+    device = torch.device("cuda", 0)
+    kept = torch.cuda.memory_reserved(device)
+    assert ceilings(device)["stream_read_GBps"] > 0
+    assert torch.cuda.memory_reserved(device) - kept < CEILING_BYTES, "a ceiling buffer kept in PyTorch's cache"
+
+
+@pytest.mark.gpu
 @pytest.mark.hopper
 def test_first_rows_times_the_row_after_each_prelude(capsys):
     """bench.first_rows on the GPU: each prelude's child prints one line of the row's
