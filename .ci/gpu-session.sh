@@ -61,8 +61,8 @@ for s in "$@"; do
     ncu) stage ncu 240 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from bench.suite import scorer_once; scorer_once()'" ;;
     ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
-    # what makes the NVFP4 scorer section's first rows slow: the row timed after each prelude, in a child
-    first-rows) stage first-rows 300 "python3 -m bench.first_rows" ;;
+    # what makes a scorer section's first rows slow (NVFP4's, MSA fp8's): the rows timed after each prelude, in a child
+    first-rows) stage first-rows 540 "python3 -m bench.first_rows" ;;
     mmas) stage mmas 180 "python3 -m bench.mma_rates" ;;
     # what Hopper's E4M3 MMA does to a score (an E4M3-MMA route's facts), then the probe's own
     # test and the scorer's E4M3 probe (wgmma m64n8k32 at N 8: run it before a bench that times it)

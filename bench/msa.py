@@ -59,6 +59,7 @@ def msa_scorer_section(
     timer=cold_time_us,
     flush_bytes: int = FLUSH_BYTES,
     hot_grid=HOT_GRID,
+    formats=tuple(KEY_FORMATS),
 ) -> list[dict]:
     """One row per (format, context, batch, shape): median µs of ``score_blocks`` over cold
     block sets (together more than ``flush_bytes``), read GB/s and the fraction of the
@@ -71,9 +72,10 @@ def msa_scorer_section(
     default rows timed ``again`` (fresh tables: what the section's order costs). A hot row far above its cold one
     says memory bounds the cold call; one near it, the kernel's own work; the loads-only row
     is what the ring itself reaches. timer: ``cold_time_us`` or a stand-in; hot_grid:
-    smaller in tests."""
+    smaller in tests; formats: KEY_FORMATS' names in the order timed (``bench.first_rows``
+    times one alone). The last cache is left in PyTorch's cache: the caller hands it back."""
     rows = []
-    for fmt in KEY_FORMATS:
+    for fmt in formats:
         size = block_bytes(fmt)
         grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
         # the portable route's kernel (fast.route) at every cold grid
@@ -125,7 +127,6 @@ def msa_scorer_section(
         # freed to PyTorch's allocator, not the driver: after an empty_cache() here the next
         # format's first row read 14-16% slow (H100; bench/PERF-HISTORY.md, fiftieth session)
         del cache
-    torch.cuda.empty_cache()
     return rows
 
 
@@ -241,7 +242,6 @@ def msa_stock_stages(
                     }
                 )
                 del cache
-    torch.cuda.empty_cache()
     return rows
 
 

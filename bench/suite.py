@@ -721,6 +721,7 @@ def run_bench(
     read = report["ceilings"]["stream_read_GBps"]
     report["gpu_state"].append(gpu_state("select, push, msa checks"))
     report["msa_scorer"] = msa_scorer_section(device, msa_contexts, msa_batches, read, gen)
+    torch.cuda.empty_cache()  # the section's last cache
     report["msa_feeds"] = msa_feed_section(device, read, gen)
     report["gpu_state"].append(gpu_state("msa scorer"))
     report["msa_stock"] = msa_stock_stages(device, msa_contexts, [1, 32], gen)

@@ -752,21 +752,50 @@ def test_the_e4m3_probe_runs_in_its_child():
 
 
 def test_first_rows_preludes_are_made_of_known_steps():
-    """bench.first_rows: every prelude is made of the steps ``run_prelude`` knows, makes the
-    pool once and before any step that scores on it; "bench" is the suite's own start (the
-    read ceilings, then the pool); the CLI refuses --here without exactly one prelude before
-    it touches a GPU."""
+    """bench.first_rows: every prelude is made of the steps ``run_prelude`` knows; an NVFP4
+    one makes the pool once and before any step that scores on it, an "msa-" one drops the
+    pool only after making it; "bench" and "msa-bench" are the suite's own start (the read
+    ceilings, then the pool; for fp8, the pool handed back and bf16's rows); the CLI refuses
+    --here without exactly one prelude before it touches a GPU."""
     from bench import first_rows
 
     for name, steps in first_rows.PRELUDES.items():
         assert set(steps) <= set(first_rows.STEPS) and steps.count("pool") == 1, name
         pool = steps.index("pool")
         assert all(steps.index(s) > pool for s in ("hs4", "untimed") if s in steps), name
+    for name, steps in first_rows.MSA_PRELUDES.items():
+        assert name.startswith("msa-") and set(steps) <= set(first_rows.STEPS), name
+        assert "free" not in steps or steps.index("pool") < steps.index("free"), name
+        assert not {"hs4", "untimed"} & set(steps), name
     assert first_rows.PRELUDES["bench"] == ("ceilings", "pool")
-    assert {s for steps in first_rows.PRELUDES.values() for s in steps} == set(first_rows.STEPS)
+    assert first_rows.MSA_PRELUDES["msa-bench"] == ("ceilings", "pool", "free", "empty", "bf16")
+    steps = {s for p in (first_rows.PRELUDES, first_rows.MSA_PRELUDES) for v in p.values() for s in v}
+    assert steps == set(first_rows.STEPS)
     for argv in (["--here"], ["--here", "--prelude", "bench", "--prelude", "no-ceilings"]):
         with pytest.raises(SystemExit):
             first_rows.main(argv)
+
+
+def test_first_rows_msa_line_pairs_each_shapes_first_and_again_row(monkeypatch):
+    """``first_rows.msa_row`` on the section's rows (a stand-in section: the rows' fields as
+    ``msa_scorer_section`` writes them): the last format's default rows at the first grid
+    beside its ``again`` rows, shape by shape; other formats, grids and variants ignored."""
+    from bench import first_rows
+
+    def section(device, contexts, batches, read, gen, formats):
+        rows = []
+        for k, fmt in enumerate(formats):
+            for variant, us in ((None, 50.0), ({"hot": True}, 9.0), ({"again": True}, 40.0)):
+                for i, (hs, slots) in enumerate(first_rows.MSA_SHAPES):
+                    row = {"format": fmt, "context": contexts[0], "batch": batches[0], "hs": hs, "slots": slots}
+                    rows.append(row | {"us": us + i + 100 * k} | ({"variant": variant} if variant else {}))
+        return rows
+
+    monkeypatch.setattr(first_rows, "msa_scorer_section", section)
+    line = first_rows.msa_row(None, None, formats=("bf16", "fp8"))
+    shapes = first_rows.MSA_SHAPES
+    want = "fp8 " + "  ".join(f"Hs {h}/{s} {150 + i:.1f} again {140 + i:.1f}" for i, (h, s) in enumerate(shapes))
+    assert line == want, line
 
 
 @pytest.mark.gpu
@@ -784,13 +813,15 @@ def test_ceilings_hand_their_buffers_back():
 @pytest.mark.gpu
 @pytest.mark.hopper
 def test_first_rows_times_the_row_after_each_prelude(capsys):
-    """bench.first_rows on the GPU: each prelude's child prints one line of the row's
-    ROW_TIMINGS timings, each a positive number of µs."""
+    """bench.first_rows on the GPU: each prelude's child prints one line, of the NVFP4 row's
+    ROW_TIMINGS timings (each a positive number of µs) or of fp8's shapes, first and again."""
     from bench import first_rows
 
-    assert first_rows.main(["--prelude", "bench", "--prelude", "no-ceilings"]) == 0
+    assert first_rows.main(["--prelude", "bench", "--prelude", "no-ceilings", "--prelude", "msa-fresh"]) == 0
     lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.endswith("µs")]
-    assert [line[0] for line in lines] == ["bench", "no-ceilings"], lines
-    for line in lines:
+    assert [line[0] for line in lines] == ["bench", "no-ceilings", "msa-fresh"], lines
+    for line in lines[:2]:
         times = [float(t) for t in line[1:-1]]
         assert len(times) == first_rows.ROW_TIMINGS and min(times) > 0, line
+    # fp8's rows: each shape's first and again µs
+    assert lines[2][1] == "fp8" and lines[2].count("again") == len(first_rows.MSA_SHAPES), lines[2]
