@@ -85,7 +85,7 @@ def msa_scorer_section(
         if fmt == "fp8" and device.type == "cuda" and device_route(device).e4m3_mma:
             grids += [(batch, ctx, {"mma": "e4m3"}) for ctx in contexts for batch in batches]
         # the first cold grid's default rows again, last: a row that reads slower first than
-        # again says the run's order, not the kernel, cost it (bench/PERF.md, "Left unexplained")
+        # again says the run's order, not the kernel, cost it (bench/PERF.md, "Leads")
         grids += [(*grids[0][:2], {"again": True})]
         need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
         blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
@@ -125,7 +125,8 @@ def msa_scorer_section(
                     | ({"variant": variant} if variant else {})
                 )
         # freed to PyTorch's allocator, not the driver: after an empty_cache() here the next
-        # format's first row read 14-16% slow (H100; bench/PERF-HISTORY.md, fiftieth session)
+        # format's first row read 14-16% slow (H100, fiftieth session), but its first rows
+        # read slow without it too (fifty-fourth): bench.first_rows' "msa-" preludes
         del cache
     return rows
 
