@@ -68,6 +68,9 @@ for s in "$@"; do
     # test and the scorer's E4M3 probe (wgmma m64n8k32 at N 8: run it before a bench that times it)
     fp8-mma) stage fp8-mma 300 "python3 -m bench.fp8_mma && python3 -m pytest -q tests/test_bench.py tests/test_gpu_scorer.py -k 'fp8_mma or e4m3' -p no:cacheprovider" ;;
     ncu-pipes) stage ncu-pipes 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section InstructionStats --section WarpStateStats --metrics regex:sm__inst_executed_pipe_.*sum.pct_of_peak_sustained_active,regex:sm__pipe_.*_cycles_active.avg.pct_of_peak_sustained_active python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
+    # make bench's single-GPU run, the goals' grids (bench/PERF.md's current table): one call on a
+    # cold machine (its first compile takes minutes; a warm one runs it in one to two)
+    bench-goals) stage bench-goals 560 "python3 -m bench --world 1 --contexts 131072 1048576 --batches 8 32 --out $OUT/bench-goals" ;;
     scorer) stage scorer 420 "python3 -m bench --world 1 --contexts 131072 1048576 --batches 1 8 32 --out $OUT/scorer" ;;
     sanitizer) stage sanitizer 600 "compute-sanitizer --tool memcheck --target-processes all --error-exitcode 9 python3 -m pytest -q -x tests/test_gpu_scorer.py tests/test_gpu_graphs.py -k 'not pdl' -p no:cacheprovider" ;;
     demo) stage demo 300 "make demo" ;;
