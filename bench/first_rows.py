@@ -1,25 +1,21 @@
-"""``python -m bench.first_rows``: what made the NVFP4 scorer section's first rows read slow.
+"""``python -m bench.first_rows``: what makes a scorer section's first rows read slow.
 
-In a whole ``make bench`` the section's first row (Hs 1, 8 slots, 8 x 128K) read ~10% slower
-than the same launch timed later in the run, and three verdicts read such rows (bench/PERF.md,
-"Leads"). Its first one or two timings were slow and the rest not, wherever its small buffers
-landed, after a 3-5 s sleep too (H100, fifty-third session). The preludes below found the
-cause (fifty-fourth session, H100): the cache pool carved from the read ceilings' freed
-buffers, kept by PyTorch's caching allocator. Made and copied with no timed graph, those
-buffers slow the row as much; handed back to the driver (``empty_cache``) before the pool,
+In a whole ``make bench`` the NVFP4 section's first row (Hs 1, 8 slots, 8 x 128K) read
+slower than the same launch timed later in the run, in its first one or two timings only.
+The preludes below found the cause: the cache pool carved from the read ceilings' freed
+buffers, kept by PyTorch's caching allocator. Those buffers made and copied with no timed
+graph slow the row as much; handed back to the driver (``empty_cache``) before the pool,
 they do not. ``timing.ceilings`` now hands them back itself, so the "bench" prelude is the
-fixed start and "buffers" the old one.
+fixed start and "buffers" the old one. Each prelude runs in a fresh process, then times the
+row ROW_TIMINGS times as the suite would (``suite.scorer_us``).
 
-Each prelude runs in a fresh process, then times the row ROW_TIMINGS times as the suite
-would (``suite.scorer_us``).
-
-The MSA section has the same mark, not yet explained: its second format's first one or two
-shapes at 8 x 128K read slow against the same shapes timed ``again`` at the format's end
-(fp8 after bf16: Hs 1 53.8 against 47 µs, H100, fifty-fourth session). The fiftieth session
-saw it follow an ``empty_cache()`` between the formats, yet it stayed once that was
-removed. The "msa-" preludes vary what precedes fp8's rows (the NVFP4 pool handed back or
-kept, bf16's rows, bf16's cache handed back), then time fp8's rows at the first grid as the
-section does (``msa.msa_scorer_section``) and print each shape's first and ``again`` µs.
+The MSA section has the same mark, not yet explained: its second format's (fp8's) first
+shapes at 8 x 128K read slow against the same shapes timed ``again`` at the format's end,
+with or without an ``empty_cache()`` between the formats. The "msa-" preludes vary what
+precedes fp8's rows (the NVFP4 pool handed back or kept, bf16's rows, bf16's cache handed
+back), then time fp8's rows at the first grid as the section does
+(``msa.msa_scorer_section``) and print each shape's first and ``again`` µs. The figures:
+bench/PERF.md, "Leads".
 """
 
 from __future__ import annotations

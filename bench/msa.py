@@ -124,9 +124,8 @@ def msa_scorer_section(
                     | {"GBps": gbps, "of_read_ceiling": gbps / read_ceiling}
                     | ({"variant": variant} if variant else {})
                 )
-        # freed to PyTorch's allocator, not the driver: after an empty_cache() here the next
-        # format's first row read 14-16% slow (H100, fiftieth session), but its first rows
-        # read slow without it too (fifty-fourth): bench.first_rows' "msa-" preludes
+        # freed to PyTorch's allocator, not the driver: the next format's first rows read
+        # slow either way, the cause open (bench/PERF.md, "Leads"; bench.first_rows)
         del cache
     return rows
 
