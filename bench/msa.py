@@ -242,6 +242,7 @@ def msa_stock_stages(
                     }
                 )
                 del cache
+    torch.cuda.empty_cache()
     return rows
 
 
