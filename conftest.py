@@ -64,8 +64,11 @@ def pytest_report_header(config):
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
     """The GPU tiers' skips where no GPU (or only one, for the multi-GPU tests) is visible,
-    then ``--shard``: run last, so a shard is taken of what -m / -k left selected."""
+    the ``heavy`` tests moved to the front (xdist hands out tests in this order: one of them
+    started last would end the tier alone), then ``--shard``: run last, so a shard is taken
+    of what -m / -k left selected."""
     _skip_missing_gpus(items)
+    items.sort(key=lambda item: "heavy" not in item.keywords)  # stable: the rest keep their order
     shard = config.getoption("--shard")
     if shard is not None:
         _keep_shard(config, items, *_shard(shard))

@@ -588,6 +588,7 @@ def test_gpu_state_reads_nvidia_smi_or_says_nothing(tmp_path, monkeypatch):
     assert timing.gpu_state_line([{"after": "ceilings"}]) == ""
 
 
+@pytest.mark.heavy
 def test_msa_sections_run_check_and_print(capsys):
     """The bench's MSA sections do their work on this backend (a stand-in timer calls each
     timed function once), the gate passes, and the report prints both formats' rows."""

@@ -153,6 +153,7 @@ def test_queued_wide_push_selects_in_two_levels(pattern, columns):
     assert bool(long.any()) and torch.equal(got[long].sort(dim=-1, descending=True).values, want[long])
 
 
+@pytest.mark.heavy
 @settings(max_examples=20)
 @given(decode_configs(max_pages=60, patterns=EXACT), st.sampled_from([1024, 16]), st.sampled_from([1, 4]))
 def test_cp1_in_process_equals_oracle(cfg, max_chunk, split):

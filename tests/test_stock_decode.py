@@ -34,6 +34,7 @@ def _stock_case(cfg: DecodeConfig, max_chunk: int, split: int | None = None):
     return case, sd, plan, out.cpu()
 
 
+@pytest.mark.heavy
 @settings(max_examples=20)
 @given(decode_configs(max_pages=60), st.sampled_from([1024, 16]), st.sampled_from([1, 2, 4]))
 def test_stock_topk_matches_reference_on_its_own_scores(cfg, max_chunk, split):
