@@ -76,57 +76,57 @@ def msa_scorer_section(
     times one alone). The last cache is left in PyTorch's cache: the caller hands it back."""
     rows = []
     for fmt in formats:
-        size = block_bytes(fmt)
-        grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
-        # the portable route's kernel (fast.route) at every cold grid
-        grids += [(batch, ctx, {"kernel": "dot"}) for ctx in contexts for batch in batches]
-        grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
-        # the E4M3-MMA route (DESIGN §4.1) at every cold grid, where the device runs it
-        if fmt == "fp8" and device.type == "cuda" and device_route(device).e4m3_mma:
-            grids += [(batch, ctx, {"mma": "e4m3"}) for ctx in contexts for batch in batches]
-        # the first cold grid's default rows again, last: a row that reads slower first than
-        # again says the run's order, not the kernel, cost it (bench/PERF.md, "Leads")
-        grids += [(*grids[0][:2], {"again": True})]
-        need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
-        blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
-        cache = random_keys(blocks, fmt, device)
-        for batch, ctx, variant in grids:
-            pages = ctx // PAGE
-            per_set = batch * pages
-            if variant.get("hot"):
-                tables = [torch.randint(0, HOT_BLOCKS, (batch, pages), generator=gen, dtype=torch.int32).to(device)]
-            else:
-                sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
-                tables = disjoint_tables(batch, pages, sets, gen, device)
-            lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
-            # score_blocks' keywords (hot: the tables; again: the default launch)
-            launch = {k: v for k, v in variant.items() if k not in ("hot", "again")}
-            if launch.get("loads_only"):
-                launch["kernel"] = "mma"  # the probe is the mma kernel's
-            for hs, slots in MSA_SHAPES:
-                if launch.get("loads_only") and hopper_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
-                    continue
-                tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
-                out = torch.empty(batch, SLOTS * hs, pages, device=device)
+        rows += _format_rows(fmt, device, contexts, batches, read_ceiling, gen, timer, flush_bytes, hot_grid)
+    return rows
 
-                def call(
-                    i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, kw=launch
-                ):
-                    score_block_variant(
-                        tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw
-                    )
 
-                us = timer(call, len(tables))
-                gbps = per_set * size / us / 1e3
-                row = {"format": fmt, "context": ctx, "batch": batch, "hs": hs, "slots": slots, "us": us}
-                rows.append(
-                    row
-                    | {"GBps": gbps, "of_read_ceiling": gbps / read_ceiling}
-                    | ({"variant": variant} if variant else {})
-                )
-        # freed to PyTorch's allocator, not the driver: the next format's first rows read
-        # slow either way, the cause open (bench/PERF.md, "Leads"; bench.first_rows)
-        del cache
+def _format_rows(fmt, device, contexts, batches, read_ceiling, gen, timer, flush_bytes, hot_grid) -> list[dict]:
+    """``msa_scorer_section``'s rows of one format. Its own function so that its cache, held
+    by the timed calls' default arguments too, is freed to PyTorch's cache when it returns,
+    before the next format's is made (a loop body's names outlive its iteration)."""
+    rows = []
+    size = block_bytes(fmt)
+    grids = [(batch, ctx, {}) for ctx in contexts for batch in batches] + [(*hot_grid, {"hot": True})]
+    # the portable route's kernel (fast.route) at every cold grid
+    grids += [(batch, ctx, {"kernel": "dot"}) for ctx in contexts for batch in batches]
+    grids += [(*hot_grid, {"loads_only": True})] if device.type == "cuda" else []
+    # the E4M3-MMA route (DESIGN §4.1) at every cold grid, where the device runs it
+    if fmt == "fp8" and device.type == "cuda" and device_route(device).e4m3_mma:
+        grids += [(batch, ctx, {"mma": "e4m3"}) for ctx in contexts for batch in batches]
+    # the first cold grid's default rows again, last: a row that reads slower first than
+    # again says the run's order, not the kernel, cost it (bench/PERF.md, "Leads")
+    grids += [(*grids[0][:2], {"again": True})]
+    need = max(b * c // PAGE for b, c, variant in grids if not variant.get("hot"))  # cold blocks a set
+    blocks = max(need, flush_bytes // size, HOT_BLOCKS) + need  # at least two sets, or one past the flush size
+    cache = random_keys(blocks, fmt, device)
+    for batch, ctx, variant in grids:
+        pages = ctx // PAGE
+        per_set = batch * pages
+        if variant.get("hot"):
+            tables = [torch.randint(0, HOT_BLOCKS, (batch, pages), generator=gen, dtype=torch.int32).to(device)]
+        else:
+            sets = max(1, min(64, math.ceil(flush_bytes / (per_set * size)), blocks // per_set))
+            tables = disjoint_tables(batch, pages, sets, gen, device)
+        lens = torch.full((batch,), ctx, dtype=torch.int32, device=device)
+        # score_blocks' keywords (hot: the tables; again: the default launch)
+        launch = {k: v for k, v in variant.items() if k not in ("hot", "again")}
+        if launch.get("loads_only"):
+            launch["kernel"] = "mma"  # the probe is the mma kernel's
+        for hs, slots in MSA_SHAPES:
+            if launch.get("loads_only") and hopper_kernel(KEY_FORMATS[fmt], mma_rows(hs * slots)) != "mma":
+                continue
+            tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(KEY_FORMATS[fmt]).to(device)
+            out = torch.empty(batch, SLOTS * hs, pages, device=device)
+
+            def call(i, tile=tile, out=out, tables=tables, lens=lens, pages=pages, slots=slots, cache=cache, kw=launch):
+                score_block_variant(tile, cache, tables[i], lens, out, num_pages=pages, first_slot=SLOTS - slots, **kw)
+
+            us = timer(call, len(tables))
+            gbps = per_set * size / us / 1e3
+            row = {"format": fmt, "context": ctx, "batch": batch, "hs": hs, "slots": slots, "us": us}
+            rows.append(
+                row | {"GBps": gbps, "of_read_ceiling": gbps / read_ceiling} | ({"variant": variant} if variant else {})
+            )
     return rows
 
 
