@@ -9,13 +9,14 @@ they do not. ``timing.ceilings`` now hands them back itself, so the "bench" prel
 fixed start and "buffers" the old one. Each prelude runs in a fresh process, then times the
 row ROW_TIMINGS times as the suite would (``suite.scorer_us``).
 
-The MSA section has the same mark, not yet explained: its second format's (fp8's) first
-shapes at 8 x 128K read slow against the same shapes timed ``again`` at the format's end,
-with or without an ``empty_cache()`` between the formats. The "msa-" preludes vary what
-precedes fp8's rows (the NVFP4 pool handed back or kept, bf16's rows, bf16's cache handed
-back), then time fp8's rows at the first grid as the section does
-(``msa.msa_scorer_section``) and print each shape's first and ``again`` µs. The figures:
-bench/PERF.md, "Leads".
+The MSA section had the same mark: its second format's (fp8's) first shapes at 8 x 128K
+read slow against the same shapes timed ``again`` at the format's end. The "msa-" preludes
+vary what precedes fp8's rows (the NVFP4 pool handed back or kept, bf16's rows, bf16's cache
+handed back), then time fp8's rows at the first grid as the section does
+(``msa.msa_scorer_section``, one call a format) and print each shape's first and ``again``
+µs. None of them reads slow: the mark was the section's one call for both formats, which
+kept bf16's cache alive while fp8's was made; each format's rows now have their own
+function. The figures: bench/PERF.md, "Leads".
 """
 
 from __future__ import annotations

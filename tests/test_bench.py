@@ -5,6 +5,7 @@ import functools
 import operator
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -750,6 +751,28 @@ def test_the_e4m3_probe_runs_in_its_child():
     from bench.variants import probe_runs
 
     assert probe_runs("e4m3", SCORER_SHAPES) is True
+
+
+def test_msa_section_frees_each_formats_cache_before_the_next(monkeypatch):
+    """msa_scorer_section: when a format's cache is made, no earlier format's cache lives (a
+    cache made beside the last one read fp8's first rows slow: bench/PERF.md, "Leads")."""
+    from bench import msa as bench_msa
+    from fast.backend import default_device
+
+    made = []
+
+    def tracked(blocks, key_format, device):
+        assert [ref() for ref in made] == [None] * len(made), f"{key_format}'s cache made beside an earlier one"
+        cache = torch.empty(blocks, 8, dtype=torch.uint8)  # the section's stand-in timer never reads it
+        made.append(weakref.ref(cache))
+        return cache
+
+    monkeypatch.setattr(bench_msa, "random_keys", tracked)
+    gen = torch.Generator().manual_seed(1)
+    bench_msa.msa_scorer_section(
+        default_device(), (256,), (2,), 100.0, gen, timer=lambda fn, n: 2.0, flush_bytes=1 << 16, hot_grid=(1, 384)
+    )
+    assert len(made) == 2
 
 
 def test_first_rows_preludes_are_made_of_known_steps():
