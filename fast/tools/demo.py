@@ -26,6 +26,12 @@ MSA_GPU_PAGES = (3, 17, 300, 2000)
 MSA_WINDOWS = (1, 2)  # init_blocks, local_blocks
 
 
+def warmup_steps(backend: str) -> int:
+    """Untimed steps before the timed ones: one on GPUs (the kernels compile), none under the
+    interpreter (it compiles nothing, and a step there costs seconds)."""
+    return 1 if backend == "cuda" else 0
+
+
 def demo_plan(backend: str) -> list[int]:
     """CP sizes to run: the GPUs that have P2P between them (one CP group; 1 on a single GPU,
     where production falls back to stock but the CP path still runs for the check), or 2 and
@@ -63,7 +69,7 @@ def run_demo(backend: str = "auto", file=None) -> bool:
                         case.to_dict(),
                         path,
                         steps=2,
-                        warmup=1,
+                        warmup=warmup_steps(backend),
                         pdl=backend == "cuda",
                     )
                     agree = torch.equal(assemble(results, HEADS), oracle[path])
@@ -108,9 +114,13 @@ def run_msa_demo(backend: str, file) -> bool:
                 )
                 want = msa.full_decode(*case.args(), **case.windows())
                 for path in ("stock", "cp"):
-                    warmup = 1 if backend == "cuda" else 0  # (the interpreter compiles nothing)
                     results = pool.run(
-                        decode_on_rank, case.to_dict(), path, steps=1, warmup=warmup, pdl=backend == "cuda"
+                        decode_on_rank,
+                        case.to_dict(),
+                        path,
+                        steps=1,
+                        warmup=warmup_steps(backend),
+                        pdl=backend == "cuda",
                     )
                     agree = torch.equal(assemble(results, HEADS), want)
                     ok &= agree
