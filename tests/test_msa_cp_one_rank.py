@@ -85,7 +85,6 @@ def one_rank(case, max_chunk=None, split=None) -> tuple[MsaDecodeCP, object, tor
     return state, layer, out.cpu()
 
 
-@pytest.mark.heavy
 @settings(max_examples=12)
 @given(msa_configs(max_pages=50, cps=(1,), patterns=MSA_EXACT), st.sampled_from([1024, 16]), st.sampled_from([1, 4]))
 def test_cp1_equals_the_oracle_and_rearms(cfg, max_chunk, split):

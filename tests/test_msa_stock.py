@@ -45,6 +45,7 @@ def run_stock(case, max_chunk: int = 1024, split: int | None = None):
     return sd, plan, out.cpu()
 
 
+@pytest.mark.heavy
 @settings(max_examples=12, deadline=None)
 @given(msa_configs(max_pages=60, cps=(1,)), st.sampled_from([1024, 16]), st.sampled_from([1, 2, 4]))
 def test_select_matches_the_reference_on_its_own_scores(cfg, max_chunk, split):
