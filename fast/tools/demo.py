@@ -26,10 +26,20 @@ MSA_GPU_PAGES = (3, 17, 300, 2000)
 MSA_WINDOWS = (1, 2)  # init_blocks, local_blocks
 
 
-def warmup_steps(backend: str) -> int:
-    """Untimed steps before the timed ones: one on GPUs (the kernels compile), none under the
-    interpreter (it compiles nothing, and a step there costs seconds)."""
-    return 1 if backend == "cuda" else 0
+def _check_paths(pool: RankPool, case, want: dict, steps: int, backend: str, lead: str, file) -> bool:
+    """The stock and CP decodes of ``case`` on ``pool``'s ranks, ``steps`` back to back (after
+    one untimed step on GPUs, where the kernels compile; none under the interpreter, which
+    compiles nothing and runs a step in seconds), each against ``want[path]`` (int32 [rows,
+    heads, 16]); a printed row each, ``lead`` its first columns. True if both agree."""
+    ok = True
+    for path in ("stock", "cp"):
+        warmup = 1 if backend == "cuda" else 0
+        results = pool.run(decode_on_rank, case.to_dict(), path, steps=steps, warmup=warmup, pdl=backend == "cuda")
+        agree = torch.equal(assemble(results, HEADS), want[path])
+        ok &= agree
+        step = max(r["seconds"] for r in results) * 1e3
+        print(f"{lead} {path:>5} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} {step:>9.1f}", file=file)
+    return ok
 
 
 def demo_plan(backend: str) -> list[int]:
@@ -63,23 +73,7 @@ def run_demo(backend: str = "auto", file=None) -> bool:
                     cp * 10 + q, [seq_len_for(p, 3) for p in pages], query_len=q, heads=HEADS, pattern="exact"
                 )
                 oracle = {"cp": reference.full_decode(*case.args()), "stock": reference.stock_decode(*case.args())}
-                for path in ("stock", "cp"):
-                    results = pool.run(
-                        decode_on_rank,
-                        case.to_dict(),
-                        path,
-                        steps=2,
-                        warmup=warmup_steps(backend),
-                        pdl=backend == "cuda",
-                    )
-                    agree = torch.equal(assemble(results, HEADS), oracle[path])
-                    ok &= agree
-                    step = max(r["seconds"] for r in results) * 1e3
-                    print(
-                        f"{cp:>3} {q:>2} {path:>5} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} "
-                        f"{step:>9.1f}",
-                        file=file,
-                    )
+                ok &= _check_paths(pool, case, oracle, 2, backend, f"{cp:>3} {q:>2}", file)
     ok &= run_msa_demo(backend, file)
     print("fast CP and stock agree with the reference" if ok else "MISMATCH against the reference", file=file)
     return ok
@@ -112,22 +106,6 @@ def run_msa_demo(backend: str, file) -> bool:
                     init_blocks=init,
                     local_blocks=local,
                 )
-                want = msa.full_decode(*case.args(), **case.windows())
-                for path in ("stock", "cp"):
-                    results = pool.run(
-                        decode_on_rank,
-                        case.to_dict(),
-                        path,
-                        steps=1,
-                        warmup=warmup_steps(backend),
-                        pdl=backend == "cuda",
-                    )
-                    agree = torch.equal(assemble(results, HEADS), want)
-                    ok &= agree
-                    step = max(r["seconds"] for r in results) * 1e3
-                    print(
-                        f"{fmt:>6} {q:>2} {path:>5} {case.index_q.shape[0]:>5} {'yes' if agree else 'NO':>6} "
-                        f"{step:>9.1f}",
-                        file=file,
-                    )
+                want = msa.full_decode(*case.args(), **case.windows())  # one oracle: both paths equal it
+                ok &= _check_paths(pool, case, {"stock": want, "cp": want}, 1, backend, f"{fmt:>6} {q:>2}", file)
     return ok
