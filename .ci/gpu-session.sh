@@ -60,6 +60,8 @@ for s in "$@"; do
     bench) stage bench 900 "python3 -m bench --out $OUT/bench" ;;
     ncu) stage ncu 240 "ncu --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section LaunchStats python3 -c 'from bench.suite import scorer_once; scorer_once()'" ;;
     ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
+    # what bounds each wgmma shape: its row beside its probes and knobs, against g (bench/bounds.py)
+    bounds) stage bounds 540 "python3 -m bench.bounds" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
     # what makes a scorer section's first rows slow (NVFP4's, MSA fp8's): the rows timed after each prelude, in a child
     first-rows) stage first-rows 540 "python3 -m bench.first_rows" ;;

@@ -1,8 +1,10 @@
 """The benchmark's pieces that run without a GPU: the report's header and sections, the
 targets' verdicts, the push + merge case, the Gaussian cache pool, the MSA sections."""
 
+import argparse
 import functools
 import operator
+import re
 import subprocess
 import sys
 import weakref
@@ -849,3 +851,37 @@ def test_first_rows_times_the_row_after_each_prelude(capsys):
         assert len(times) == first_rows.ROW_TIMINGS and min(times) > 0, line
     # fp8's rows: each shape's first and again µs
     assert lines[2][1] == "fp8" and lines[2].count("again") == len(first_rows.MSA_SHAPES), lines[2]
+
+
+@pytest.mark.parametrize("shape", ["N32", "N16", "N8"])
+def test_bounds_arms_are_launches_the_variants_take(shape):
+    """bench.bounds: each shape's arms are ``variant_launch`` keywords it accepts at that
+    shape (on a CPU every check passes but the last, the GPU's), named once, the route's
+    own launch first — an arm it refused would end a scarce GPU call."""
+    from bench import bounds
+    from bench.suite import scorer_operands
+    from bench.timing import CachePool
+    from bench.variants import variant_launch
+
+    _, hs, slot = next(s for s in bounds.SHAPES if s[0] == shape)
+    pool = CachePool(64, torch.device("cpu"))
+    o = scorer_operands(pool, 2, 4, hs, torch.Generator().manual_seed(0))
+    names = [name for name, _ in bounds.ARMS[shape]]
+    assert names[0] == "policy" and bounds.ARMS[shape][0][1] == {} and len(set(names)) == len(names)
+    args = (o["tile"], pool.cache, o["tables"][0], o["lens"], o["out"])
+    for _, variant in bounds.ARMS[shape]:
+        with pytest.raises(ValueError, match="needs a GPU"):
+            variant_launch(*args, kernel="wgmma", first_slot=slot, **variant)
+    with pytest.raises(ValueError, match="decode"):  # the check holds: a bad keyword is caught first
+        variant_launch(*args, kernel="wgmma", first_slot=slot, decode="nope")
+
+
+def test_bounds_grid_option_names_the_bad_value():
+    """bench.bounds' ``--grids``: BATCHxPAGES within the cache pool, else argparse's error."""
+    from bench import bounds
+    from bench.suite import POOL_PAGES
+
+    assert bounds.grid("32x1024") == (32, 1024) and bounds.grid("8X1024") == (8, 1024)
+    for bad in ("32", "x1024", "0x8", f"1x{POOL_PAGES + 1}", "ax2"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
+            bounds.grid(bad)

@@ -1,0 +1,128 @@
+"""``python -m bench.bounds [--grids 32x1024 8x1024] [--rounds 2]``: what bounds each wgmma
+scorer shape, in one call on any GPU: the route's own row beside its probes and its tuning
+knobs, all on the same operands, interleaved round by round, each against the same run's
+gathered read of the grid's pages (``timing.gathered_read_GBps``: ``g``).
+
+The probes say what a part costs by leaving it out (``variants.variant_launch``): the
+decode (``none``; ``signless``, a third of its ALU work), the exact MMA for the E4M3 one,
+everything but the loads (``loads_only``). The knobs say whether the policy's choice still
+holds on this card: pages a program, the page ring, the register cap. The fifty-sixth
+session's H100 table (bench/PERF-HISTORY.md) is this table, by hand; run it on an H200 to
+see whether the same arms move there (N 32 reads the same µs on both cards).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from fast.route import device_route
+from indexer_constants import PAGE, PAGE_BYTES
+
+from .suite import POOL_PAGES, scorer_operands
+from .timing import CachePool, cold_time_us, gathered_read_GBps
+from .variants import score_variant
+
+# (name, Hs, first slot): the wgmma kernel's N 32, N 16 and N 8 (mma.sync) shapes
+SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
+# Each shape's arms: a name and ``variant_launch`` keywords ({}: the route's own launch).
+# Pages a program 2 and 1 leave the ring (it needs 4); at N 8 the policy's 8 pages hold 32
+# partial maxima.
+ARMS = {
+    "N32": (
+        ("policy", {}),
+        ("none", {"decode": "none"}),
+        ("signless", {"decode": "signless"}),
+        ("e4m3", {"decode": "e4m3"}),
+        ("e4m3-none", {"decode": "e4m3-none"}),
+        ("loads_only", {"loads_only": True}),
+        ("ppp8", {"pages_per_program": 8}),
+        ("ppp2", {"pages_per_program": 2}),
+        ("ring1", {"ring": 1}),
+        ("ring0", {"ring": 0}),
+        ("uncapped", {"register_cap": None}),
+    ),
+    "N16": (
+        ("policy", {}),
+        ("none", {"decode": "none"}),
+        ("e4m3", {"decode": "e4m3"}),
+        ("loads_only", {"loads_only": True}),
+        ("ppp8", {"pages_per_program": 8}),
+        ("ring0", {"ring": 0}),
+        ("uncapped", {"register_cap": None}),
+    ),
+    "N8": (
+        ("policy", {}),
+        ("none", {"decode": "none"}),
+        ("e4m3", {"decode": "e4m3"}),
+        ("loads_only", {"loads_only": True}),
+        ("ppp4", {"pages_per_program": 4}),
+        ("uncapped", {"register_cap": None}),
+    ),
+}
+GRIDS = ((32, 1024), (8, 1024))  # batch x pages: 32 x 128K and 8 x 128K
+
+
+def grid(text: str) -> tuple[int, int]:
+    """``BATCHxPAGES`` (argparse's type): a grid the bench's cache pool holds."""
+    try:
+        batch, pages = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: BATCHxPAGES, e.g. 32x1024") from None
+    if batch < 1 or pages < 1 or batch * pages > POOL_PAGES:
+        raise argparse.ArgumentTypeError(f"{text!r}: batch, pages >= 1 and batch x pages <= {POOL_PAGES}")
+    return batch, pages
+
+
+def shape_rows(pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen) -> dict[str, list[float]]:
+    """Name -> µs of each of ``shape``'s ARMS (``rounds`` timings each, the arms taking turns
+    within a round) on one set of operands ``batch`` x ``pages``."""
+    _, hs, slot = next(s for s in SHAPES if s[0] == shape)
+    o = scorer_operands(pool, batch, pages, hs, gen)
+    tables = o["tables"]
+    timings = {name: [] for name, _ in ARMS[shape]}
+    for _ in range(rounds):
+        for name, variant in ARMS[shape]:
+
+            def call(i, variant=variant):
+                score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=slot, **variant)
+
+            timings[name].append(cold_time_us(call, len(tables)))
+    return timings
+
+
+def print_rows(batch: int, pages: int, shape: str, timings: dict[str, list[float]], g_GBps: float) -> None:
+    """One line an arm: its µs (every round), its GB/s at the best and that over ``g``."""
+    nbytes = batch * pages * PAGE_BYTES
+    for name, us in timings.items():
+        rate = nbytes / min(us) / 1e3
+        spread = " / ".join(f"{u:.1f}" for u in us)
+        print(f"  {shape:<4} {name:<11} {spread:>18} µs  {rate:6.0f} GB/s  {rate / g_GBps:.2f} g", flush=True)
+
+
+def main(argv=None) -> int:
+    """The command line: each grid's ``g``, then each shape's arms (``print_rows``)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.bounds", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--grids", type=grid, nargs="+", default=list(GRIDS), help="BATCHxPAGES (default 32x1024 8x1024)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, choices=range(1, 9), metavar="1..8")
+    parser.add_argument("--shapes", nargs="+", choices=[s[0] for s in SHAPES], default=[s[0] for s in SHAPES])
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available() or not device_route(torch.device("cuda", 0)).sm90:
+        parser.error("needs an sm_90 GPU (the wgmma scorer and its probes)")
+    device = torch.device("cuda", 0)
+    print(f"{torch.cuda.get_device_name(device)}; µs of each arm, round by round; g: the gathered read")
+    pool = CachePool(POOL_PAGES, device)
+    gen = torch.Generator().manual_seed(0)
+    for batch, pages in args.grids:
+        g = gathered_read_GBps(device, batch, pages, PAGE_BYTES)
+        print(f"{batch} x {pages * PAGE // 1024}K tokens ({batch} x {pages} pages): g {g:.0f} GB/s", flush=True)
+        for shape in args.shapes:
+            print_rows(batch, pages, shape, shape_rows(pool, batch, pages, shape, args.rounds, gen), g)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
