@@ -215,6 +215,66 @@ def _score_block(
 
 
 @gluon.jit
+def ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """The program's PPP pages through the ring (the kernel's RING_PAGES; the ring's first
+    RING pages already issued): each page waited for, its two blocks scored
+    (``_score_block``), its slot freed by one CTA barrier and refilled with the page RING
+    on. ``late``: the waits' flags so far (``page_ring.wait``). Returns (run, late)."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            codes = page_ring.read_codes(base, i, h, RING)
+            scales = page_ring.read_scales(base, i, h, RING)
+            run = _score_block(
+                codes,
+                scales,
+                tab_ptr,
+                tab_stride,
+                q_op,
+                zeros,
+                run,
+                maxima,
+                i,
+                h,
+                a_layout,
+                ROWS,
+                PARTS,
+                TABLES,
+                E4M3_MMA,
+                GROUP_DECODE,
+                GROUP_DECODE_E4M3,
+            )
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    return run, late
+
+
+@gluon.jit
 def score_kernel_wgmma(
     q_ptr,
     q_sel_ptr,
@@ -248,6 +308,7 @@ def score_kernel_wgmma(
     GROUP_DECODE: gl.constexpr = decode_groups,  # a group's 16 fp16 (jit function)
     GROUP_DECODE_E4M3: gl.constexpr = decode_groups_e4m3,  # its 4 words of E4M3 bytes (E4M3_MMA)
     IN_CACHE: gl.constexpr = in_cache,  # the block-id guard (jit function)
+    RING_PAGES: gl.constexpr = ring_pages,  # (RING) the pages through the ring (jit function)
 ):
     """PPP consecutive pages of request program_id(0) from page program_id(1) * PPP for
     the tile's rows from SLOT0 * HS on (MMA column c is row SLOT0 * HS + c), in 64-token
@@ -307,34 +368,30 @@ def score_kernel_wgmma(
         if TABLES:
             late = page_ring.wait_tables()
         if RING > 0:
-            base = page_ring.ring_base(GROUP_LAYOUT)
-            for i in gl.static_range(PPP):
-                late = late | page_ring.wait(first + i < n, i, RING)
-                for h in gl.static_range(2):
-                    codes = page_ring.read_codes(base, i, h, RING)
-                    scales = page_ring.read_scales(base, i, h, RING)
-                    run = _score_block(
-                        codes,
-                        scales,
-                        tab_ptr,
-                        tab_stride,
-                        q_op,
-                        zeros,
-                        run,
-                        maxima,
-                        i,
-                        h,
-                        a_layout,
-                        ROWS,
-                        PARTS,
-                        TABLES,
-                        E4M3_MMA,
-                        GROUP_DECODE,
-                        GROUP_DECODE_E4M3,
-                    )
-                if i + RING < PPP:
-                    gl.thread_barrier()  # every warp is done with page i's slot
-                    issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+            run, late = RING_PAGES(
+                k_ptr,
+                bt_row,
+                first,
+                n,
+                num_blocks,
+                tab_ptr,
+                tab_stride,
+                q_op,
+                zeros,
+                run,
+                maxima,
+                late,
+                a_layout,
+                ROWS,
+                PPP,
+                RING,
+                PARTS,
+                TABLES,
+                E4M3_MMA,
+                GROUP_DECODE,
+                GROUP_DECODE_E4M3,
+                IN_CACHE,
+            )
         elif ROWS == 8:
             for i in gl.static_range(PPP):
                 for h in gl.static_range(2):  # the page's two blocks
