@@ -28,7 +28,8 @@ from .variants import score_variant
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Each shape's arms: a name and ``variant_launch`` keywords ({}: the route's own launch).
 # Pages a program 2 and 1 leave the ring (it needs 4); at N 8 the policy's 8 pages hold 32
-# partial maxima.
+# partial maxima. "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
+# the cap of 80 that gives it 6 programs an SM).
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -42,6 +43,8 @@ ARMS = {
         ("ring1", {"ring": 1}),
         ("ring0", {"ring": 0}),
         ("uncapped", {"register_cap": None}),
+        ("halves", {"ring_scorer": "halves"}),
+        ("halves80", {"ring_scorer": "halves", "register_cap": 80}),
     ),
     "N16": (
         ("policy", {}),
@@ -51,6 +54,7 @@ ARMS = {
         ("ppp8", {"pages_per_program": 8}),
         ("ring0", {"ring": 0}),
         ("uncapped", {"register_cap": None}),
+        ("halves", {"ring_scorer": "halves"}),
     ),
     "N8": (
         ("policy", {}),
@@ -75,12 +79,29 @@ def grid(text: str) -> tuple[int, int]:
     return batch, pages
 
 
+def scores_result(variant: dict) -> bool:
+    """Whether an arm's ``out`` holds scores (its knobs and structures: held equal to the
+    route's own launch), not a probe's (a decode probe's, or nothing with ``loads_only``)."""
+    return variant.get("decode", "exact") == "exact" and not variant.get("loads_only")
+
+
 def shape_rows(pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen) -> dict[str, list[float]]:
     """Name -> µs of each of ``shape``'s ARMS (``rounds`` timings each, the arms taking turns
-    within a round) on one set of operands ``batch`` x ``pages``."""
+    within a round) on one set of operands ``batch`` x ``pages``; an arm that scores
+    (``scores_result``) first called once and its scores compared with the route's own
+    (NaN where it has NaN): one that differs raises, naming it."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
     tables = o["tables"]
+    own = None
+    for name, variant in ARMS[shape]:
+        if scores_result(variant):
+            o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
+            out = score_variant(o["tile"], pool.cache, tables[0], o["lens"], o["out"], first_slot=slot, **variant)
+            got = out.nan_to_num(nan=7.0)
+            own = got.clone() if own is None else own
+            if not torch.equal(got, own):
+                raise AssertionError(f"{shape} {name}: its scores differ from the route's own launch")
     timings = {name: [] for name, _ in ARMS[shape]}
     for _ in range(rounds):
         for name, variant in ARMS[shape]:

@@ -74,7 +74,16 @@ from .sass_parts import (
     parts_per_page,
 )
 from .scorer_prmt import score_kernel_prmt
-from .variants import DECODES, PARTIALS, PRMT_PAGES, PRMT_TOKENS, PROBE_DECODES, decode_mma, for_kernel
+from .variants import (
+    DECODES,
+    PARTIALS,
+    PRMT_PAGES,
+    PRMT_TOKENS,
+    PROBE_DECODES,
+    RING_SCORERS,
+    decode_mma,
+    for_kernel,
+)
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
 CAPABILITIES = (80, 86, 89, 90, 100, 120)
@@ -129,6 +138,7 @@ def scorer_sass(
     guard: bool = True,
     register_cap: int | str = "auto",
     partials: int | None = None,
+    ring_scorer: str | None = None,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -143,8 +153,9 @@ def scorer_sass(
     ``block_variant_launch``'); decode: the wgmma kernel's decode or a probe of it, guard
     False: the wgmma kernel without its block-id guard, register_cap: its registers a
     thread ("auto": the policy's), partials: its partial maxima a page and row (None: the
-    policy's) (``variant_launch``')."""
-    if kernel != "wgmma" and (register_cap != "auto" or partials is not None):
+    policy's), ring_scorer: one of ``ring_variants``' ring loops in place of the kernel's
+    own (``variant_launch``')."""
+    if kernel != "wgmma" and (register_cap != "auto" or partials is not None or ring_scorer):
         raise ValueError(f"register_cap / partials: the wgmma kernel's, not {kernel!r}'s")
     mma = decode_mma(decode)  # the E4M3-MMA route (or its probe), as the launchers take it
     live = (8 - first_slot) * hs
@@ -193,6 +204,8 @@ def scorer_sass(
             constexprs[hook] = probe
         if not guard:
             constexprs["IN_CACHE"] = every_id
+        if ring_scorer:
+            constexprs["RING_PAGES"] = RING_SCORERS[ring_scorer]
         fn = score_kernel_wgmma
         if loads_only:  # the probe's kernel, fed from registers, the table through L1
             fn = score_kernel_loads
@@ -545,6 +558,11 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--partials", type=int, choices=PARTIALS, help="wgmma only: partial maxima a page and row (default: policy)"
     )
+    parser.add_argument(
+        "--ring-scorer",
+        choices=tuple(RING_SCORERS),
+        help="wgmma only: a ring loop of bench.ring_variants in its own's place",
+    )
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument(
         "--parts",
@@ -565,7 +583,12 @@ def main(argv=None) -> int:
         help="how many instructions ahead of its first use each global load is issued",
     )
     args = parser.parse_args(argv)
-    for flag, value in (("--register-cap", args.register_cap), ("--partials", args.partials)):
+    wgmma_only = (
+        ("--register-cap", args.register_cap),
+        ("--partials", args.partials),
+        ("--ring-scorer", args.ring_scorer),
+    )
+    for flag, value in wgmma_only:
         if value is not None and args.kernel != "wgmma":
             parser.error(f"argument {flag}: the wgmma kernel's, not {args.kernel}'s")
     if args.kernels:
@@ -585,10 +608,12 @@ def main(argv=None) -> int:
         decode=args.decode,
         register_cap="auto" if args.register_cap is None else args.register_cap,
         partials=args.partials,
+        ring_scorer=args.ring_scorer,
     )
     knobs = "" if args.decode == "exact" else f" decode={args.decode}"
     knobs += "" if args.register_cap is None else f" register_cap={args.register_cap}"
     knobs += "" if args.partials is None else f" partials={args.partials}"
+    knobs += "" if args.ring_scorer is None else f" ring_scorer={args.ring_scorer}"
     print(
         f"{args.kernel} scorer Hs={args.hs} first slot {args.first_slot}{' PDL' if args.pdl else ''}{knobs} "
         f"tokens={args.tokens or 'default'} pages={args.pages or 'default'}: {usage}"

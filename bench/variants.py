@@ -28,6 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, score_kernel_loads, signless_groups
+from .ring_variants import halves_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -42,6 +43,8 @@ PROBE_DECODES = {
     "e4m3-none": ("GROUP_DECODE_E4M3", moves_words),
 }
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
+# the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``)
+RING_SCORERS = {"halves": halves_ring_pages}
 
 
 def decode_mma(decode: str) -> str:
@@ -81,6 +84,7 @@ def variant_launch(
     ring: int | None = None,
     tables: bool | None = None,
     partials: int | None = None,
+    ring_scorer: str | None = None,
     error: torch.Tensor | None = None,
 ) -> scorer.ScorerLaunch | None:
     """A scorer launch (``scorer.ScorerLaunch``) on ``score_pages``' operands, tuned:
@@ -107,8 +111,11 @@ def variant_launch(
     gathered from global memory (False), None its policy (loads_only: from global memory).
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
     or 32; fewer cost shuffle rounds a page and free shared memory for programs), None its
-    policy (``partial_maxima``). error: an error record (``fast.errors.new_record``) the wgmma and table kernels write a
-    bad id or a ring timeout to. None where there is nothing to score.
+    policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
+    of ``ring_variants``' (RING_SCORERS: "halves", on the exact route's wgmma, N 16 and
+    32), the ring kept (its policy's or ``ring``). error:
+    an error record (``fast.errors.new_record``) the wgmma and table kernels write a bad id
+    or a ring timeout to. None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
@@ -139,6 +146,8 @@ def variant_launch(
         raise ValueError(f"decode: {decode!r} (one of {DECODES})")
     if decode != "exact" and kernel != "wgmma":
         raise ValueError(f"decode: {decode!r} is the wgmma kernel's probe, not {kernel!r}'s")
+    if ring_scorer is not None and (kernel != "wgmma" or ring_scorer not in RING_SCORERS or loads_only):
+        raise ValueError(f"ring_scorer: {ring_scorer!r} (the wgmma kernel's ring loop: one of {tuple(RING_SCORERS)})")
     if not guard and loads_only:
         raise ValueError("guard: the loads_only probe's kernel keeps the scorer's loads, guard included")
     if decode != "exact" and loads_only:
@@ -187,6 +196,14 @@ def variant_launch(
                 f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
                 f" with {o['PPP']} pages a program (at most {most})"
             )
+        if ring_scorer is not None:
+            exact_wgmma = mma == "exact" and o["ROWS"] in (16, 32)
+            if o["RING"] == 0 or not exact_wgmma:
+                raise ValueError(
+                    f"ring_scorer: {ring_scorer!r} needs the ring and the exact route's wgmma"
+                    f" (N 16 or 32; here ring {o['RING']}, N {o['ROWS']}, mma {mma!r})"
+                )
+            o["RING_PAGES"] = RING_SCORERS[ring_scorer]
         if decode in PROBE_DECODES:
             hook, probe = PROBE_DECODES[decode]
             o[hook] = probe

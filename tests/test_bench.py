@@ -874,6 +874,10 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
             variant_launch(*args, kernel="wgmma", first_slot=slot, **variant)
     with pytest.raises(ValueError, match="decode"):  # the check holds: a bad keyword is caught first
         variant_launch(*args, kernel="wgmma", first_slot=slot, decode="nope")
+    # the arms whose scores are held equal to the route's own: knobs and structures, not probes
+    held = {name for name, variant in bounds.ARMS[shape] if bounds.scores_result(variant)}
+    probes = {name for name, v in bounds.ARMS[shape] if v.get("loads_only") or v.get("decode", "exact") != "exact"}
+    assert "policy" in held and not held & probes and held | probes == set(names), (held, probes)
 
 
 def test_bounds_grid_option_names_the_bad_value():
