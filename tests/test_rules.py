@@ -207,9 +207,9 @@ def test_fast_checks_reject_what_the_reference_rejects():
 
 
 # The kernels' hooks: constexpr parameters whose default is a jit function (the runtime's
-# rule), which the bench may replace with a probe or a structure of its own (bench/probes.py,
-# bench/ring_variants.py) and the
-# runtime never sets. Any other constexpr of a launched kernel is set by a launch in fast/.
+# rule), which the bench may replace with a probe or a structure of its own
+# (bench/probes.py, bench/ring_variants.py) and the runtime never sets. Any other
+# constexpr of a launched kernel is set by a launch in fast/.
 KERNEL_HOOKS = {
     "score_kernel_wgmma": {"GROUP_DECODE", "GROUP_DECODE_E4M3", "IN_CACHE", "RING_PAGES"},
     "merge_kernel": {"OUTPUT"},
