@@ -85,41 +85,53 @@ def scores_result(variant: dict) -> bool:
     return variant.get("decode", "exact") == "exact" and not variant.get("loads_only")
 
 
-def shape_rows(pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen) -> dict[str, list[float]]:
-    """Name -> µs of each of ``shape``'s ARMS (``rounds`` timings each, the arms taking turns
-    within a round) on one set of operands ``batch`` x ``pages``; an arm that scores
-    (``scores_result``) first called once and its scores compared with the route's own
-    (NaN where it has NaN): one that differs raises, naming it."""
+def shape_rows(pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen) -> tuple[dict, dict]:
+    """(name -> µs of each of ``shape``'s ARMS, ``rounds`` timings each, the arms taking turns
+    within a round, on one set of operands ``batch`` x ``pages``; name -> why an arm was
+    left out). Each arm is first called once: one ``variant_launch`` refuses at this grid
+    (a ring its policy has not, say) is left out; one that scores (``scores_result``) has its
+    scores compared with the route's own (NaN where it has NaN), and one that differs
+    raises, naming it."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
     tables = o["tables"]
-    own = None
+    own, arms, left_out = None, [], {}
     for name, variant in ARMS[shape]:
-        if scores_result(variant):
-            o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
+        o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
+        try:
             out = score_variant(o["tile"], pool.cache, tables[0], o["lens"], o["out"], first_slot=slot, **variant)
+        except ValueError as refused:
+            left_out[name] = str(refused)
+            continue
+        arms.append((name, variant))
+        if scores_result(variant):
             got = out.nan_to_num(nan=7.0)
             own = got.clone() if own is None else own
             if not torch.equal(got, own):
                 raise AssertionError(f"{shape} {name}: its scores differ from the route's own launch")
-    timings = {name: [] for name, _ in ARMS[shape]}
+    timings = {name: [] for name, _ in arms}
     for _ in range(rounds):
-        for name, variant in ARMS[shape]:
+        for name, variant in arms:
 
             def call(i, variant=variant):
                 score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=slot, **variant)
 
             timings[name].append(cold_time_us(call, len(tables)))
-    return timings
+    return timings, left_out
 
 
-def print_rows(batch: int, pages: int, shape: str, timings: dict[str, list[float]], g_GBps: float) -> None:
-    """One line an arm: its µs (every round), its GB/s at the best and that over ``g``."""
+def print_rows(batch: int, pages: int, shape: str, timings: dict, g_GBps: float, left_out=None, file=None) -> None:
+    """One line an arm: its µs (every round), its GB/s at the best and that over ``g``; then
+    one an arm left out (``shape_rows``), with why."""
     nbytes = batch * pages * PAGE_BYTES
     for name, us in timings.items():
         rate = nbytes / min(us) / 1e3
         spread = " / ".join(f"{u:.1f}" for u in us)
-        print(f"  {shape:<4} {name:<11} {spread:>18} µs  {rate:6.0f} GB/s  {rate / g_GBps:.2f} g", flush=True)
+        print(
+            f"  {shape:<4} {name:<11} {spread:>18} µs  {rate:6.0f} GB/s  {rate / g_GBps:.2f} g", file=file, flush=True
+        )
+    for name, why in (left_out or {}).items():
+        print(f"  {shape:<4} {name:<11} left out at this grid: {why}", file=file, flush=True)
 
 
 def main(argv=None) -> int:
@@ -141,7 +153,8 @@ def main(argv=None) -> int:
         g = gathered_read_GBps(device, batch, pages, PAGE_BYTES)
         print(f"{batch} x {pages * PAGE // 1024}K tokens ({batch} x {pages} pages): g {g:.0f} GB/s", flush=True)
         for shape in args.shapes:
-            print_rows(batch, pages, shape, shape_rows(pool, batch, pages, shape, args.rounds, gen), g)
+            timings, left_out = shape_rows(pool, batch, pages, shape, args.rounds, gen)
+            print_rows(batch, pages, shape, timings, g, left_out)
     return 0
 
 

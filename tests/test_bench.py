@@ -889,3 +889,21 @@ def test_bounds_grid_option_names_the_bad_value():
     for bad in ("32", "x1024", "0x8", f"1x{POOL_PAGES + 1}", "ax2"):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             bounds.grid(bad)
+
+
+def test_bounds_rows_print_each_arm_and_what_was_left_out():
+    """bench.bounds' lines: an arm's µs each round, its GB/s at the best and that over g;
+    an arm the grid refused, with why."""
+    import io
+
+    from bench import bounds
+
+    out = io.StringIO()
+    timings = {"policy": [126.8, 127.0], "halves": [124.6, 127.1]}
+    bounds.print_rows(32, 1024, "N32", timings, 3000.0, {"ring0": "ring: 3 pages do not fit"}, file=out)
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 3 and "126.8 / 127.0 µs" in lines[0] and "2382 GB/s  0.79 g" in lines[0], lines
+    assert lines[1].split()[1] == "halves" and "2424 GB/s" in lines[1], lines
+    assert lines[2].split()[:2] == ["N32", "ring0"] and lines[2].endswith(
+        "left out at this grid: ring: 3 pages do not fit"
+    )
