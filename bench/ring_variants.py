@@ -20,17 +20,14 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warp
 from fast.kernels import page_ring
 from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
 from fast.kernels.page_maxima import page_max
+from fast.kernels.scorer_wgmma import join_codes
 
 
 @gluon.jit
 def _half_fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
     """fp16 [T, 64] in logical column order from o[c][t, tig] = element c of group 2 tig + gh
     of token t: the A operand of k-steps 4 gh .. 4 gh + 3 (``scorer_wgmma._fragment``'s half)."""
-    c0 = gl.join(gl.join(o0, o1), gl.join(o2, o3))
-    c1 = gl.join(gl.join(o4, o5), gl.join(o6, o7))
-    c2 = gl.join(gl.join(o8, o9), gl.join(o10, o11))
-    c3 = gl.join(gl.join(o12, o13), gl.join(o14, o15))
-    x = gl.join(gl.join(c0, c1), gl.join(c2, c3))  # [T, tig, e, h, kl0, kl1]
+    x = join_codes(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15)  # [T, tig, e, h, kl0, kl1]
     T: gl.constexpr = x.shape[0]
     x = gl.permute(x, (0, 5, 4, 3, 1, 2))  # [T, kl1, kl0, h, tig, e]
     return gl.reshape(x, [T, 64])

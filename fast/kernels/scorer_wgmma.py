@@ -33,13 +33,21 @@ _BAD_BLOCK = gl.constexpr(BAD_BLOCK)
 
 
 @gluon.jit
-def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
-    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t."""
+def join_codes(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
+    """[T, G, 2, 2, 2, 2] from o[c][t, g], the 16 decoded codes of a group: code c = 8 e + 4 h
+    + 2 kl0 + kl1 at [t, g, e, h, kl0, kl1] (``_fragment`` orders these axes as k's digits;
+    so does the bench's half fragment, ``bench/ring_variants.py``)."""
     c0 = gl.join(gl.join(o0, o1), gl.join(o2, o3))
     c1 = gl.join(gl.join(o4, o5), gl.join(o6, o7))
     c2 = gl.join(gl.join(o8, o9), gl.join(o10, o11))
     c3 = gl.join(gl.join(o12, o13), gl.join(o14, o15))
-    x = gl.join(gl.join(c0, c1), gl.join(c2, c3))  # [T, g, e, h, kl0, kl1]
+    return gl.join(gl.join(c0, c1), gl.join(c2, c3))
+
+
+@gluon.jit
+def _fragment(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15):
+    """fp16 [T, 128] in logical column order from o[c][t, g] = element 16 g + c of token t."""
+    x = join_codes(o0, o1, o2, o3, o4, o5, o6, o7, o8, o9, o10, o11, o12, o13, o14, o15)  # [T, g, e, h, kl0, kl1]
     T: gl.constexpr = x.shape[0]
     x = gl.reshape(x, [T, 4, 2, 2, 2, 2, 2])  # [T, tig, gh, e, h, kl0, kl1]
     x = gl.permute(x, (0, 2, 6, 5, 4, 1, 3))  # [T, gh, kl1, kl0, h, tig, e]
