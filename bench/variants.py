@@ -113,9 +113,9 @@ def variant_launch(
     or 32; fewer cost shuffle rounds a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
     of ``ring_variants``' (RING_SCORERS: "halves", on the exact route's wgmma, N 16 and
-    32), the ring kept (its policy's or ``ring``). error:
-    an error record (``fast.errors.new_record``) the wgmma and table kernels write a bad id
-    or a ring timeout to. None where there is nothing to score.
+    32), the ring kept (its policy's or ``ring``). error: an error record
+    (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
+    timeout to. None where there is nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")

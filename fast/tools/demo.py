@@ -32,8 +32,8 @@ def _check_paths(pool: RankPool, case, want: dict, steps: int, backend: str, lea
     compiles nothing and runs a step in seconds), each against ``want[path]`` (int32 [rows,
     heads, 16]); a printed row each, ``lead`` its first columns. True if both agree."""
     ok = True
+    warmup = 1 if backend == "cuda" else 0
     for path in ("stock", "cp"):
-        warmup = 1 if backend == "cuda" else 0
         results = pool.run(decode_on_rank, case.to_dict(), path, steps=steps, warmup=warmup, pdl=backend == "cuda")
         agree = torch.equal(assemble(results, HEADS), want[path])
         ok &= agree
