@@ -28,7 +28,8 @@ from .variants import score_variant
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Each shape's arms: a name and ``variant_launch`` keywords ({}: the route's own launch).
 # Pages a program 2 and 1 leave the ring (it needs 4); at N 8 the policy's 8 pages hold 32
-# partial maxima. "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
+# partial maxima. Ring 3 keeps 5 programs an SM at N 32 (one more page in flight each).
+# "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
 # the cap of 80 that gives it 6 programs an SM).
 ARMS = {
     "N32": (
@@ -42,6 +43,7 @@ ARMS = {
         ("ppp2", {"pages_per_program": 2}),
         ("ring1", {"ring": 1}),
         ("ring0", {"ring": 0}),
+        ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80}),
@@ -53,6 +55,7 @@ ARMS = {
         ("loads_only", {"loads_only": True}),
         ("ppp8", {"pages_per_program": 8}),
         ("ring0", {"ring": 0}),
+        ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
     ),
