@@ -28,7 +28,8 @@ from .variants import score_variant
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Each shape's arms: a name and ``variant_launch`` keywords ({}: the route's own launch).
 # Pages a program 2 and 1 leave the ring (it needs 4); at N 8 the policy's 8 pages hold 32
-# partial maxima. Ring 3 keeps 5 programs an SM at N 32 (one more page in flight each).
+# partial maxima. Ring 3 keeps 5 programs an SM at N 32 (one more page in flight each), as
+# do 16 partial maxima (one shuffle round a page, not two).
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
 # the cap of 80 that gives it 6 programs an SM).
 ARMS = {
@@ -44,6 +45,7 @@ ARMS = {
         ("ring1", {"ring": 1}),
         ("ring0", {"ring": 0}),
         ("ring3", {"ring": 3}),
+        ("parts16", {"partials": 16}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80}),
