@@ -31,7 +31,8 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # partial maxima. Ring 3 keeps 5 programs an SM at N 32 (one more page in flight each), as
 # do 16 partial maxima (one shuffle round a page, not two).
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
-# the cap of 80 that gives it 6 programs an SM).
+# the cap of 80 that gives it 6 programs an SM). "slotbars": ``ring_variants.slotbars_ring_pages``
+# (no CTA barrier a page).
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -49,6 +50,7 @@ ARMS = {
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80}),
+        ("slotbars", {"ring_scorer": "slotbars"}),
     ),
     "N16": (
         ("policy", {}),

@@ -28,7 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, score_kernel_loads, signless_groups
-from .ring_variants import halves_ring_pages
+from .ring_variants import halves_ring_pages, slotbars_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -44,7 +44,9 @@ PROBE_DECODES = {
 }
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``)
-RING_SCORERS = {"halves": halves_ring_pages}
+RING_SCORERS = {"halves": halves_ring_pages, "slotbars": slotbars_ring_pages}
+# the N each takes on the exact route ("slotbars": its own maxima array is sized for N 32's)
+RING_SCORER_ROWS = {"halves": (16, 32), "slotbars": (32,)}
 
 
 def decode_mma(decode: str) -> str:
@@ -197,11 +199,13 @@ def variant_launch(
                 f" with {o['PPP']} pages a program (at most {most})"
             )
         if ring_scorer is not None:
-            exact_wgmma = mma == "exact" and o["ROWS"] in (16, 32)
-            if o["RING"] == 0 or not exact_wgmma:
+            rows = RING_SCORER_ROWS[ring_scorer]
+            fits = o["PARTS"] == 8 and o["PPP"] <= 4
+            if o["RING"] == 0 or mma != "exact" or o["ROWS"] not in rows or not fits:
                 raise ValueError(
                     f"ring_scorer: {ring_scorer!r} needs the ring and the exact route's wgmma"
-                    f" (N 16 or 32; here ring {o['RING']}, N {o['ROWS']}, mma {mma!r})"
+                    f" (N in {rows}, with 8 partials and 4 pages a program at most;"
+                    f" here ring {o['RING']}, N {o['ROWS']}, mma {mma!r})"
                 )
             o["RING_PAGES"] = RING_SCORERS[ring_scorer]
         if decode in PROBE_DECODES:
