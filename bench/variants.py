@@ -45,8 +45,9 @@ PROBE_DECODES = {
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``)
 RING_SCORERS = {"halves": halves_ring_pages, "slotbars": slotbars_ring_pages}
-# the N each takes on the exact route ("slotbars": its own maxima array is sized for N 32's)
-RING_SCORER_ROWS = {"halves": (16, 32), "slotbars": (32,)}
+# the programs each takes on the exact route: (N, partial maxima, most pages a program) —
+# "slotbars"' own maxima array is sized for N 32's 8 partials of 4 pages
+RING_SCORER_SHAPES = {"halves": ((16, 32), (4, 8, 16, 32), 16), "slotbars": ((32,), (8,), 4)}
 
 
 def decode_mma(decode: str) -> str:
@@ -64,6 +65,71 @@ def for_kernel(kernel, options: dict) -> dict:
     constexprs (upper case) it does not take left out, every launch keyword kept."""
     params = {p.name for p in kernel.params}
     return {k: v for k, v in options.items() if not k.isupper() or k in params}
+
+
+def tune_wgmma(
+    options: dict,
+    *,
+    decode: str = "exact",
+    pages_per_program: int | None = None,
+    blocks_ahead: int | None = None,
+    register_cap: int | None | str = "auto",
+    loads_only: bool = False,
+    guard: bool = True,
+    ring: int | None = None,
+    tables: bool | None = None,
+    partials: int | None = None,
+    ring_scorer: str | None = None,
+) -> dict:
+    """The wgmma kernel's launch ``options`` (``scorer.wgmma_options``' policy) tuned by
+    ``variant_launch``'s wgmma keywords (checked there one by one): a new dict, or
+    ValueError where they do not fit this launch's shape (a ring its shared memory has no
+    room for, a ring loop its N does not take). No device needed: the bench's tests hold
+    ``bench.bounds``' arms to it at the grids it times."""
+    o = dict(options)
+    mma = decode_mma(decode)
+    if pages_per_program:
+        o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program, mma)
+    o["DEPTH"] = blocks_ahead or o["DEPTH"]
+    o["PARTS"] = partials or o["PARTS"]
+    # loads_only probes the register-fed kernel's memory side, its gather through L1 included
+    o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
+    if loads_only and o["TABLES"]:
+        raise ValueError("tables: the loads_only probe gathers the table through L1 (tables None or False)")
+    # what fits beside this launch's own maxima (``max_ring`` prices the policy's)
+    most = min(
+        max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma),
+        ring_room(o["ROWS"], o["PPP"], o["PARTS"], o["TABLES"], mma),
+    )
+    if loads_only or blocks_ahead:  # the register feed
+        o["RING"] = 0
+    else:
+        o["RING"] = min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
+    if o["RING"] > most:
+        raise ValueError(
+            f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
+            f" with {o['PPP']} pages a program (at most {most})"
+        )
+    if ring_scorer is not None:
+        rows, parts, most_pages = RING_SCORER_SHAPES[ring_scorer]
+        fits = o["ROWS"] in rows and o["PARTS"] in parts and o["PPP"] <= most_pages
+        if o["RING"] == 0 or mma != "exact" or not fits:
+            raise ValueError(
+                f"ring_scorer: {ring_scorer!r} needs the ring and the exact route's wgmma"
+                f" (N in {rows}, partials in {parts}, at most {most_pages} pages a program;"
+                f" here ring {o['RING']}, N {o['ROWS']}, {o['PARTS']} partials, {o['PPP']} pages, mma {mma!r})"
+            )
+        o["RING_PAGES"] = RING_SCORERS[ring_scorer]
+    if decode in PROBE_DECODES:
+        hook, probe = PROBE_DECODES[decode]
+        o[hook] = probe
+    if not guard:
+        o["IN_CACHE"] = every_id
+    if register_cap != "auto":
+        o.pop("maxnreg", None)
+        if register_cap is not None:
+            o["maxnreg"] = register_cap
+    return o
 
 
 def variant_launch(
@@ -179,44 +245,19 @@ def variant_launch(
     batch, width = out.shape[0], out.shape[2]
     o = launch.options
     if kernel == "wgmma":
-        if pages_per_program:
-            o["PPP"], o["PARTS"] = pages_per_program, partial_maxima(o["ROWS"], pages_per_program, mma)
-        o["DEPTH"] = blocks_ahead or o["DEPTH"]
-        o["PARTS"] = partials or o["PARTS"]
-        # loads_only probes the register-fed kernel's memory side, its gather through L1 included
-        o["TABLES"] = (0 if loads_only else o["TABLES"]) if tables is None else int(tables)
-        if loads_only and o["TABLES"]:
-            raise ValueError("tables: the loads_only probe gathers the table through L1 (tables None or False)")
-        # what fits beside this launch's own maxima (``max_ring`` prices the policy's)
-        most = min(
-            max_ring(o["ROWS"], o["PPP"], o["TABLES"], mma),
-            ring_room(o["ROWS"], o["PPP"], o["PARTS"], o["TABLES"], mma),
+        o = launch.options = tune_wgmma(
+            launch.options,
+            decode=decode,
+            pages_per_program=pages_per_program,
+            blocks_ahead=blocks_ahead,
+            register_cap=register_cap,
+            loads_only=loads_only,
+            guard=guard,
+            ring=ring,
+            tables=tables,
+            partials=partials,
+            ring_scorer=ring_scorer,
         )
-        o["RING"] = 0 if register_fed else min(ring_pages(o["ROWS"], o["PPP"], mma), most) if ring is None else ring
-        if o["RING"] > most:
-            raise ValueError(
-                f"ring: {ring} pages do not fit beside the kernel's shared memory at N {o['ROWS']}"
-                f" with {o['PPP']} pages a program (at most {most})"
-            )
-        if ring_scorer is not None:
-            rows = RING_SCORER_ROWS[ring_scorer]
-            fits = o["PARTS"] == 8 and o["PPP"] <= 4
-            if o["RING"] == 0 or mma != "exact" or o["ROWS"] not in rows or not fits:
-                raise ValueError(
-                    f"ring_scorer: {ring_scorer!r} needs the ring and the exact route's wgmma"
-                    f" (N in {rows}, with 8 partials and 4 pages a program at most;"
-                    f" here ring {o['RING']}, N {o['ROWS']}, mma {mma!r})"
-                )
-            o["RING_PAGES"] = RING_SCORERS[ring_scorer]
-        if decode in PROBE_DECODES:
-            hook, probe = PROBE_DECODES[decode]
-            o[hook] = probe
-        if not guard:
-            o["IN_CACHE"] = every_id
-        if register_cap != "auto":
-            o.pop("maxnreg", None)
-            if register_cap is not None:
-                o["maxnreg"] = register_cap
         launch.grid = (batch, triton.cdiv(width, o["PPP"]))
         if loads_only:  # the probe's own kernel: the register feed's loads, nothing else
             launch.kernel, launch.options = score_kernel_loads, for_kernel(score_kernel_loads, o)

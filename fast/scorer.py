@@ -131,6 +131,33 @@ def rows_for(rows: int) -> int:
 
 
 @functools.cache
+def wgmma_options(hs: int, first_slot: int, batch: int, width: int, sms: int, mma: str = "exact") -> dict:
+    """The wgmma kernel's policy for a tile of ``hs`` heads scored from slot ``first_slot``
+    over ``batch`` rows of ``width`` pages on ``sms`` SMs: its shape constexprs (HS, SLOT0,
+    PPP, ROWS, PARTS, DEPTH, RING, TABLES, E4M3_MMA), num_warps and any register cap
+    (``maxnreg``); ``plan_scorer`` adds the launch's own (the error record, PDL). No device
+    needed: the bench's variants start from it, and its tests hold them to it on a CPU."""
+    live = (SLOTS - first_slot) * hs  # the rows scored
+    rows = mma_rows(live)
+    ppp = pages_per_program(batch, width, sms, rows)
+    options = dict(
+        HS=hs,
+        SLOT0=first_slot,
+        PPP=ppp,
+        ROWS=rows,
+        PARTS=partial_maxima(rows, ppp, mma),
+        DEPTH=WGMMA_DEPTH,
+        RING=ring_pages(rows, ppp, mma),
+        TABLES=shared_tables(rows),
+        E4M3_MMA=mma == "e4m3",
+        num_warps=4,
+    )
+    cap = max_registers(live)
+    if cap is not None:
+        options["maxnreg"] = cap
+    return options
+
+
 def first_set(device: str) -> torch.Tensor:
     """int64 [1] zero: "read the tile itself" (cached: no allocation inside a graph capture)."""
     return torch.zeros(1, dtype=torch.int64, device=device)
@@ -221,33 +248,13 @@ def plan_scorer(
     tail = (error, k_cache.shape[0], width, block_table.stride(0), out.stride(0), out.stride(1))
     head = (q_tile.view(torch.uint8), q_sel, q_set_stride)
     if kernel == "wgmma":
-        rows = mma_rows(live)
-        ppp = pages_per_program(batch, width, sm_count(str(device)), rows)
-        tables = shared_tables(rows)
-        options = dict(
-            HS=hs,
-            SLOT0=first_slot,
-            PPP=ppp,
-            ROWS=rows,
-            PARTS=partial_maxima(rows, ppp, mma),
-            RECORD=record,
-            DEPTH=WGMMA_DEPTH,
-            RING=ring_pages(rows, ppp, mma),
-            TABLES=tables,
-            E4M3_MMA=mma == "e4m3",
-            PREFETCH=prefetch,
-            RELEASE=release,
-            num_warps=4,
-            **pdl_options(pdl),
-        )
-        cap = max_registers(live)
-        if cap is not None:
-            options["maxnreg"] = cap
+        options = wgmma_options(hs, first_slot, batch, width, sm_count(str(device)), mma)
+        options.update(RECORD=record, PREFETCH=prefetch, RELEASE=release, **pdl_options(pdl))
         # pages also as int64 (16-byte code loads), and the per-scale magnitude tables with
         # their entry's bytes (a run-time 8: score_kernel_wgmma's _GATHER_TABLE says why)
         tables = scale_tables(device)
         args = (*head, pages, pages.view(torch.int64), tables, tables.element_size(), *operands, *tail)
-        return ScorerLaunch(score_kernel_wgmma, (batch, triton.cdiv(width, ppp)), args, options)
+        return ScorerLaunch(score_kernel_wgmma, (batch, triton.cdiv(width, options["PPP"])), args, options)
     # Under the interpreter each tensor op costs about the same whatever its size: score
     # many pages per op there. On a GPU one page per program keeps the tile in registers.
     v = 1 if device.type == "cuda" else 16

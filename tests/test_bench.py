@@ -880,6 +880,29 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
     assert "policy" in held and not held & probes and held | probes == set(names), (held, probes)
 
 
+@pytest.mark.parametrize("shape", ["N32", "N16", "N8"])
+def test_bounds_arms_fit_the_shapes_they_are_timed_at(shape):
+    """bench.bounds: every arm's knobs fit the policy's launch (``scorer.wgmma_options`` on
+    an H100's or H200's 132 SMs) at one of the grids it times at least, as ``tune_wgmma``
+    checks them on the GPU — an arm left out at every grid would time nothing there."""
+    from bench import bounds
+    from bench.variants import decode_mma, tune_wgmma
+    from fast.scorer import wgmma_options
+
+    _, hs, slot = next(s for s in bounds.SHAPES if s[0] == shape)
+    for name, variant in bounds.ARMS[shape]:
+        taken = []
+        for batch, pages in bounds.GRIDS:
+            policy = wgmma_options(hs, slot, batch, pages, 132, decode_mma(variant.get("decode", "exact")))
+            try:
+                tuned = tune_wgmma(policy, **variant)
+            except ValueError:
+                continue
+            taken.append((batch, pages))
+            assert name != "policy" or tuned == policy, tuned
+        assert taken, f"{shape} {name}: refused at every grid of {bounds.GRIDS}"
+
+
 def test_bounds_grid_option_names_the_bad_value():
     """bench.bounds' ``--grids``: BATCHxPAGES within the cache pool, else argparse's error."""
     from bench import bounds
