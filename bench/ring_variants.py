@@ -5,10 +5,10 @@
 ``halves_ring_pages`` (the exact route's wgmma: N 16 and 32): each 64-token block as two K
 halves — a thread's first groups feed k-steps 0-3, its second 4-7 — chained on one
 accumulator by asynchronous wgmma and streamed: a half is decoded while the half before
-multiplies, and its registers are free as soon as its MMA is done. Level with the kernel on
-an H100 uncapped; under a cap of 80 at N 32 it compiles unspilled for 6 programs an SM, but
-ptxas then waits after every HGMMA (bench/PERF-HISTORY.md, fifty-sixth session): the
-capped form against the kernel is the A/B still to run.
+multiplies, and its registers are free as soon as its MMA is done. Under a cap of 80 at
+N 32 it compiles unspilled for 6 programs an SM, but ptxas then waits after every HGMMA.
+Neither form beats the kernel (bench/PERF-HISTORY.md, fifty-sixth and fifty-seventh
+sessions).
 
 ``slotbars_ring_pages`` (the exact route's wgmma at N 32, 8 partials, up to 4 pages a
 program): no CTA barrier in the page loop. The kernel's barrier a page frees a ring slot
@@ -16,6 +16,7 @@ for its refill and also orders the page's maxima stores, which Gluon's shared-me
 analysis would otherwise fence with a barrier of its own (fifty-sixth session). Here each
 thread arrives on a slot's "read" mbarrier once the page's bytes are in its registers, only
 the refilling thread waits on it, and the maxima go by PTX to an array Gluon does not see.
+It measured behind the kernel (fifty-seventh session): the barrier is not N 32's bound.
 """
 
 from __future__ import annotations
