@@ -28,11 +28,12 @@ from .variants import score_variant
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Each shape's arms: a name and ``variant_launch`` keywords ({}: the route's own launch).
 # Pages a program 2 and 1 leave the ring (it needs 4); at N 8 the policy's 8 pages hold 32
-# partial maxima. Ring 3 keeps 5 programs an SM at N 32 (one more page in flight each), as
-# do 16 partial maxima (one shuffle round a page, not two).
-# "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under
-# the cap of 80 that gives it 6 programs an SM). "slotbars": ``ring_variants.slotbars_ring_pages``
-# (no CTA barrier a page).
+# partial maxima; at N 32 the policy's 8 pages on the large grids are 4 on the small one.
+# Ring 3 keeps 5 programs an SM at N 32 with 4 pages (one more page in flight each), as do
+# 16 partial maxima (one shuffle round a page, not two); with 8 pages neither fits them.
+# "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
+# that gives it 6 programs an SM with 4 pages). "slotbars": ``ring_variants.slotbars_ring_pages``
+# (no CTA barrier a page; its maxima array holds 4 pages). Those at 4 pages: against "ppp4".
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -41,16 +42,18 @@ ARMS = {
         ("e4m3", {"decode": "e4m3"}),
         ("e4m3-none", {"decode": "e4m3-none"}),
         ("loads_only", {"loads_only": True}),
+        ("e4m3-ppp4", {"decode": "e4m3", "pages_per_program": 4}),
+        ("ppp4", {"pages_per_program": 4}),
         ("ppp8", {"pages_per_program": 8}),
         ("ppp2", {"pages_per_program": 2}),
         ("ring1", {"ring": 1}),
         ("ring0", {"ring": 0}),
-        ("ring3", {"ring": 3}),
+        ("ring3", {"ring": 3, "pages_per_program": 4}),
         ("parts16", {"partials": 16}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
-        ("halves80", {"ring_scorer": "halves", "register_cap": 80}),
-        ("slotbars", {"ring_scorer": "slotbars"}),
+        ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),
+        ("slotbars", {"ring_scorer": "slotbars", "pages_per_program": 4}),
     ),
     "N16": (
         ("policy", {}),

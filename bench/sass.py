@@ -39,7 +39,6 @@ from fast.kernels.cp import (
     q_exchange_kernel,
 )
 from fast.kernels.guards import table_bounds_kernel
-from fast.kernels.page_maxima import partial_maxima
 from fast.kernels.scorer_table import score_kernel_table
 from fast.kernels.scorer_wgmma import score_kernel_wgmma
 from fast.kernels.stock import q_to_tile_kernel, stock_topk_kernel
@@ -49,20 +48,17 @@ from fast.msa.kernels.scorer_mma import msa_score_kernel_mma
 from fast.msa.kernels.stock import msa_bounds_kernel, msa_stock_select_kernel
 from fast.msa.scorer import mma_constants, mma_partials
 from fast.scorer import (
-    WGMMA_DEPTH,
     long_row_pages,
-    max_registers,
     mma_rows,
-    ring_pages,
     rows_for,
-    shared_tables,
+    wgmma_options,
 )
 from fast.select.policy import PUSH_GROUP, QUEUED_PER_SM, SelectShape, push_group, push_warps, warp_select_keys
 from fast.select.warp_ptx import warp_asm_options
 from indexer_constants import PAGE, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
-from .probes import every_id, score_kernel_loads
+from .probes import score_kernel_loads
 from .sass_listing import instruction_mix, load_use_distances, main_loop_mix, programs_per_sm, resources
 from .sass_parts import (
     ALU_BUDGET,
@@ -79,10 +75,10 @@ from .variants import (
     PARTIALS,
     PRMT_PAGES,
     PRMT_TOKENS,
-    PROBE_DECODES,
     RING_SCORERS,
     decode_mma,
     for_kernel,
+    tune_wgmma,
 )
 
 # The GPUs a route is defined for (fast.route): sm_90's Hopper route, the others' portable one.
@@ -163,7 +159,7 @@ def scorer_sass(
     options: dict = {}
     if kernel.startswith("msa-"):
         rows = mma_rows(live)
-        ppp = pages or long_row_pages(rows)
+        ppp = pages or long_row_pages(rows, msa=True)
         raw = "*u8" if kernel == "msa-fp8" else "*i16"
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
@@ -185,27 +181,25 @@ def scorer_sass(
         src = _source(msa_score_kernel_loads if loads_only else msa_score_kernel_mma, signature, constexprs)
         num_warps = 4
     elif kernel == "wgmma":
-        rows = mma_rows(live)
-        ppp = pages or long_row_pages(rows)
-        constexprs = common | {
-            "ROWS": rows,
-            "PPP": ppp,
-            "DEPTH": depth or WGMMA_DEPTH,
-            "PREFETCH": pdl,
-            "RELEASE": False,
-            "PARTS": partials or partial_maxima(rows, ppp, mma),
-            "RECORD": False,
-            "RING": ring_pages(rows, ppp, mma) if ring is None else ring,
-            "TABLES": shared_tables(rows),
-            "E4M3_MMA": mma == "e4m3",
-        }
-        if decode in PROBE_DECODES:
-            hook, probe = PROBE_DECODES[decode]
-            constexprs[hook] = probe
-        if not guard:
-            constexprs["IN_CACHE"] = every_id
-        if ring_scorer:
-            constexprs["RING_PAGES"] = RING_SCORERS[ring_scorer]
+        # the policy at this shape (its program of ``pages``, else long rows'), tuned as
+        # ``variant_launch`` tunes it (``tune_wgmma``: the same checks)
+        ppp = pages or long_row_pages(mma_rows(live))
+        tuned = tune_wgmma(
+            wgmma_options(hs, first_slot, 1, 1, 1, mma),
+            decode=decode,
+            pages_per_program=ppp,
+            blocks_ahead=depth,
+            register_cap=register_cap,
+            loads_only=loads_only,
+            guard=guard,
+            ring=ring,
+            partials=partials,
+            ring_scorer=ring_scorer,
+        )
+        if "maxnreg" in tuned:
+            options["maxnreg"] = tuned.pop("maxnreg")  # as score_pages launches it, or the variant's
+        tuned.pop("num_warps")
+        constexprs = common | tuned | {"PREFETCH": pdl, "RELEASE": False, "RECORD": False}
         fn = score_kernel_wgmma
         if loads_only:  # the probe's kernel, fed from registers, the table through L1
             fn = score_kernel_loads
@@ -214,9 +208,6 @@ def scorer_sass(
         fields[5:5] = [("tab_ptr", "*i64"), ("tab_stride", "i32")]  # after k64_ptr: the scale tables
         src = _source(fn, {k: v for k, v in fields if k != "TOK"}, constexprs)
         num_warps = 4  # one warpgroup
-        cap = max_registers(live) if register_cap == "auto" else register_cap
-        if cap is not None:
-            options["maxnreg"] = cap  # as score_pages launches it, or the variant's
     else:
         constexprs = common | {"ROWS": rows_for(live), "PPP": pages or PRMT_PAGES, "TOK": tokens or PRMT_TOKENS}
         # a bench variant without the guard's operands
@@ -631,7 +622,8 @@ def main(argv=None) -> int:
     if loop:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
-    pages = args.pages or long_row_pages(mma_rows((8 - args.first_slot) * args.hs))  # both Gluon kernels'
+    rows = mma_rows((8 - args.first_slot) * args.hs)
+    pages = args.pages or long_row_pages(rows, msa=args.kernel.startswith("msa-"))  # both Gluon kernels'
     if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(

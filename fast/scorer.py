@@ -45,19 +45,21 @@ _PROGRAMS_PER_SM_FOR_MOST = 16
 _PROGRAMS_PER_SM = 4
 
 
-def long_row_pages(rows: int) -> int:
-    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES, but 4 at
-    N = 32, where 8 measured slower on the small grids (fewer programs, each longer)."""
-    return 4 if rows == 32 else WGMMA_PAGES
+def long_row_pages(rows: int, msa: bool = False) -> int:
+    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES. The MSA
+    kernel (``msa``) keeps 4 at N = 32, the NVFP4 kernel's old choice, made when 32 partial
+    maxima a page took 32 KB of its shared memory at 8 pages; with 8 partials 8 pages keep
+    its programs an SM and shed the per-program share of each page's work."""
+    return 4 if msa and rows == 32 else WGMMA_PAGES
 
 
-def pages_per_program(batch: int, width: int, sms: int, rows: int = 8) -> int:
-    """``long_row_pages(rows)`` where its grid still gives every SM _PROGRAMS_PER_SM_FOR_MOST
-    programs (fewer, larger programs leave a longer tail), else 4, halved while the grid
-    would fill fewer than _PROGRAMS_PER_SM programs per SM: a short row scored by a few
-    programs pays each one's pages in series. rows: the MMA's N (``mma_rows`` of the rows
-    scored)."""
-    most = long_row_pages(rows)
+def pages_per_program(batch: int, width: int, sms: int, rows: int = 8, msa: bool = False) -> int:
+    """``long_row_pages(rows, msa)`` where its grid still gives every SM
+    _PROGRAMS_PER_SM_FOR_MOST programs (fewer, larger programs leave a longer tail), else 4,
+    halved while the grid would fill fewer than _PROGRAMS_PER_SM programs per SM: a short
+    row scored by a few programs pays each one's pages in series. rows: the MMA's N
+    (``mma_rows`` of the rows scored); msa: for the MSA kernel."""
+    most = long_row_pages(rows, msa)
     if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
         return most
     ppp = 4

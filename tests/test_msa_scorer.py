@@ -181,7 +181,7 @@ def test_the_rings_feed_fits_its_shared_memory():
                 static = page_ring.BASE_STATIC + block_ring.ring_bytes(stages, dtype.itemsize)
                 fits = static + dynamic_bytes(rows, ppp) <= page_ring.SHARED_LIMIT
                 assert bulk == fits == (stages <= max_stages(dtype, rows, ppp)), (dtype, rows, ppp)
-                if rows <= 32 and ppp <= long_row_pages(rows):
+                if rows <= 32 and ppp <= long_row_pages(rows, msa=True):
                     assert bulk, (dtype, rows, ppp)  # at every program size the launch picks
                 for asked in range(2, 9):  # a depth the caller asks for: bulk where it fits
                     depth = min(asked, 2 * ppp + 1)

@@ -79,11 +79,12 @@ def test_sass_tool_compiles_the_scorer_for_sm90(kernel, tmp_path):
         assert 0 < stored < 256, f"{stored} bytes stored to shared memory a thread: the fp16 tile goes through it again"
         # one page per trip of the main loop: 2 blocks of 64 tokens x 8 wgmma k-steps
         from bench.sass_listing import main_loop_mix
+        from fast.scorer import long_row_pages
 
         assert (
             main_loop_mix(dump.read_text())["HGMMA"] == 16
             and "main loop" in done.stdout
-            and "a program of 4 pages: ~" in done.stdout
+            and f"a program of {long_row_pages(32)} pages: ~" in done.stdout
         )
         # the budget by part (the listing's source lines): every part named, the page's
         # instructions all attributed to one (none left over), the decode the largest
@@ -522,7 +523,7 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
     from fast.scorer import long_row_pages, mma_rows
 
     rows = mma_rows((8 - first_slot) * hs)
-    ppp = long_row_pages(rows)
+    ppp = long_row_pages(rows, msa=True)
     dtype = KEY_FORMATS[key_format]
     launch = mma_constants(dtype, rows, ppp)
     text = dump.read_text()
@@ -617,7 +618,7 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
     done = _compile_only("-c", _PROBE, f"msa-{key_format}", str(hs), str(first_slot))
     assert done.returncode == 0, done.stderr
     scorer, probe = (json.loads(done.stdout.splitlines()[-1])[k] for k in ("false", "true"))
-    ppp = long_row_pages(mma_rows((8 - first_slot) * hs))
+    ppp = long_row_pages(mma_rows((8 - first_slot) * hs), msa=True)
     runs = 4 if key_format == "fp8" else 8
     fields = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", probe["usage"])}
     want = {k: int(v) for k, v in re.findall(r"(\w+):(\d+)", scorer["usage"])}
@@ -635,8 +636,8 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
 
 @pytest.mark.parametrize("decode", ["exact", "e4m3"])
 def test_n32_maxima_leave_room_for_the_programs_its_registers_allow(decode, tmp_path):
-    """``partial_maxima``'s rule at N 32, as the decode launches it (4 pages, the ring of 2)
-    on either route: with 8 partials the kernel's shared memory holds as many programs an
+    """``partial_maxima``'s rule at N 32, as the decode launches it on long rows (8 pages,
+    the ring of 2) on either route: with 8 partials the kernel's shared memory holds as many programs an
     SM as its registers do (the tool's own count, ``programs_per_sm``); 32 would hold
     fewer. The dynamic size is what ``shared_bytes`` counts for the route."""
     from bench.sass_listing import programs_per_sm, resources
@@ -679,9 +680,10 @@ def test_the_halves_ring_loop_streams_two_mma_groups_a_block(first_slot, cap, tm
     from fast.scorer import long_row_pages
 
     rows = 32 if first_slot == 0 else 16
-    pages = long_row_pages(rows)
+    pages = 4 if cap else long_row_pages(rows)  # bench.bounds' capped arm: 4 pages leave room for 6
     dump = tmp_path / "halves.sass"
     flags = ["--hs", "4", "--first-slot", str(first_slot), "--pdl", "--ring-scorer", "halves", "--dump", str(dump)]
+    flags += ["--pages", str(pages)]
     done = _compile_only("-m", "bench.sass", *flags, *(["--register-cap", str(cap)] if cap else []))
     assert done.returncode == 0, done.stderr
     usage, held = done.stdout.splitlines()[:2]
@@ -694,3 +696,27 @@ def test_the_halves_ring_loop_streams_two_mma_groups_a_block(first_slot, cap, tm
         assert waits == 4 * pages and "DEPBAR.LE gsb0, 0x1" in sass, waits
     else:
         assert waits == hgmma and held.startswith("programs an SM (sm_90): 6 (6 by registers"), (waits, held)
+
+
+def test_the_slotbars_ring_loop_has_no_barrier_in_its_pages(tmp_path):
+    """bench.ring_variants' slotbars (``--ring-scorer slotbars``) at N 32, 4 pages: the page
+    loop without a CTA barrier (the kernel's own has one a refill), the slots freed by their
+    "read" mbarriers (an arrive a page and thread), unspilled and at the programs an SM the
+    kernel's registers allow; a program of 8 pages, more than its maxima array holds, is
+    refused by name (``tune_wgmma``)."""
+    dump = tmp_path / "slotbars.sass"
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--pages", "4", "--ring-scorer", "slotbars"]
+    done = _compile_only("-m", "bench.sass", *flags, "--dump", str(dump))
+    assert done.returncode == 0, done.stderr
+    usage, held = done.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
+    sass = dump.read_text().splitlines()
+    inits = max(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)  # the last mbarrier's init
+    bars = [i for i, line in enumerate(sass) if "BAR.SYNC" in line]
+    # the pages: from the first page's wait (after the inits and their barrier) to the last HGMMA
+    first = next(i for i, line in enumerate(sass) if "SYNCS.PHASECHK" in line and i > inits)
+    last = max(i for i, line in enumerate(sass) if "HGMMA" in line)
+    assert not [i for i in bars if first < i < last], (first, last, bars)
+    assert sum("SYNCS.ARRIVE.TRANS64.A1T0" in line for line in sass) == 4, "an arrive a page"
+    refused = _compile_only("-m", "bench.sass", *flags[:5], "--pages", "8", "--ring-scorer", "slotbars")
+    assert refused.returncode != 0 and "ring_scorer: 'slotbars'" in refused.stderr, refused.stderr[-400:]

@@ -147,15 +147,18 @@ def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, see
 
 
 def test_wgmma_pages_per_program_shrinks_for_small_grids():
-    """Long rows get WGMMA_PAGES pages per program (4 at N = 32) where that grid still has
-    16 programs an SM; smaller grids get 4, and grids too small to give every SM 4 programs
-    of 4 get fewer, down to 1."""
+    """Long rows get WGMMA_PAGES pages per program (the MSA kernel 4 at N = 32) where that
+    grid still has 16 programs an SM; smaller grids get 4, and grids too small to give every
+    SM 4 programs of 4 get fewer, down to 1."""
     from fast.scorer import WGMMA_PAGES, long_row_pages, pages_per_program
 
-    assert WGMMA_PAGES == 8 and long_row_pages(32) == 4 and long_row_pages(16) == long_row_pages(64) == WGMMA_PAGES
+    assert WGMMA_PAGES == 8 and all(long_row_pages(n) == WGMMA_PAGES for n in (8, 16, 32, 64))
+    assert long_row_pages(32, msa=True) == 4 and long_row_pages(16, msa=True) == WGMMA_PAGES
     assert pages_per_program(32, 8192, 132) == WGMMA_PAGES  # 1M, batch 32
     assert pages_per_program(32, 8192, 132, rows=16) == pages_per_program(32, 8192, 132, rows=64) == WGMMA_PAGES
-    assert pages_per_program(32, 8192, 132, rows=32) == 4
+    assert pages_per_program(32, 8192, 132, rows=32) == WGMMA_PAGES
+    assert pages_per_program(32, 8192, 132, rows=32, msa=True) == 4
+    assert pages_per_program(8, 1024, 132, rows=32) == 4  # 1024 programs of 8 < 16 * 132
     assert pages_per_program(32, 1024, 132) == 8  # 4096 programs >= 16 * 132
     assert pages_per_program(1, 8192, 132) == 4  # 1024 programs of 8 < 16 * 132
     assert pages_per_program(8, 1024, 132) == 4

@@ -295,7 +295,7 @@ def plan_block_scorer(
         **pdl_options(pdl),
     )
     if kernel == "mma":
-        ppp = pages_per_program(batch, width, sm_count(str(device)), rows)
+        ppp = pages_per_program(batch, width, sm_count(str(device)), rows, msa=True)
         ring = mma_constants(k_cache.dtype, rows, ppp, None, mma)
         tmap = tensor_map.cached(k_cache) if ring["TENSOR"] else None
         ring["TENSOR"] = tmap is not None  # else the 1D bulk copies (a capture without the map)
