@@ -183,7 +183,7 @@ def scorer_sass(
     elif kernel == "wgmma":
         # the policy at this shape (its program of ``pages``, else long rows'), tuned as
         # ``variant_launch`` tunes it (``tune_wgmma``: the same checks)
-        ppp = pages or long_row_pages(mma_rows(live))
+        ppp = pages or long_row_pages(mma_rows(live), mma)
         tuned = tune_wgmma(
             wgmma_options(hs, first_slot, 1, 1, 1, mma),
             decode=decode,
@@ -623,7 +623,8 @@ def main(argv=None) -> int:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
     rows = mma_rows((8 - args.first_slot) * args.hs)
-    pages = args.pages or long_row_pages(rows, msa=args.kernel.startswith("msa-"))  # both Gluon kernels'
+    mma = decode_mma(args.decode)
+    pages = args.pages or long_row_pages(rows, mma, msa=args.kernel.startswith("msa-"))  # both Gluon kernels'
     if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(

@@ -45,21 +45,22 @@ _PROGRAMS_PER_SM_FOR_MOST = 16
 _PROGRAMS_PER_SM = 4
 
 
-def long_row_pages(rows: int, msa: bool = False) -> int:
-    """Pages per program on long rows at N = ``rows`` (``mma_rows``): WGMMA_PAGES. The MSA
-    kernel (``msa``) keeps 4 at N = 32, the NVFP4 kernel's old choice, made when 32 partial
-    maxima a page took 32 KB of its shared memory at 8 pages; with 8 partials 8 pages keep
-    its programs an SM and shed the per-program share of each page's work."""
-    return 4 if msa and rows == 32 else WGMMA_PAGES
+def long_row_pages(rows: int, mma: str = "exact", msa: bool = False) -> int:
+    """Pages per program on long rows at N = ``rows`` (``mma_rows``) on the ``mma`` route:
+    WGMMA_PAGES, but 4 at N = 32 on the E4M3-MMA route and in the MSA kernel (``msa``).
+    The exact route's 8 at N = 32 keep its programs an SM (with 8 partial maxima) and shed
+    half a program's setup a page; the E4M3 route measured behind with 8 there, and the
+    MSA kernel's 8 is not measured (bench/PERF.md)."""
+    return 4 if rows == 32 and (msa or mma == "e4m3") else WGMMA_PAGES
 
 
-def pages_per_program(batch: int, width: int, sms: int, rows: int = 8, msa: bool = False) -> int:
-    """``long_row_pages(rows, msa)`` where its grid still gives every SM
+def pages_per_program(batch: int, width: int, sms: int, rows: int = 8, mma: str = "exact", msa: bool = False) -> int:
+    """``long_row_pages(rows, mma, msa)`` where its grid still gives every SM
     _PROGRAMS_PER_SM_FOR_MOST programs (fewer, larger programs leave a longer tail), else 4,
     halved while the grid would fill fewer than _PROGRAMS_PER_SM programs per SM: a short
     row scored by a few programs pays each one's pages in series. rows: the MMA's N
-    (``mma_rows`` of the rows scored); msa: for the MSA kernel."""
-    most = long_row_pages(rows, msa)
+    (``mma_rows`` of the rows scored); mma: the route; msa: for the MSA kernel."""
+    most = long_row_pages(rows, mma, msa)
     if most > 4 and batch * triton.cdiv(width, most) >= _PROGRAMS_PER_SM_FOR_MOST * sms:
         return most
     ppp = 4
@@ -141,7 +142,7 @@ def wgmma_options(hs: int, first_slot: int, batch: int, width: int, sms: int, mm
     needed: the bench's variants start from it, and its tests hold them to it on a CPU."""
     live = (SLOTS - first_slot) * hs  # the rows scored
     rows = mma_rows(live)
-    ppp = pages_per_program(batch, width, sms, rows)
+    ppp = pages_per_program(batch, width, sms, rows, mma)
     options = dict(
         HS=hs,
         SLOT0=first_slot,

@@ -338,12 +338,17 @@ def _decode_mix(
     hs: int, first_slot: int, decode: str, ops: tuple[str, ...], ring: int | None = None, base: str = "exact"
 ) -> tuple[list[int], list[int]]:
     """The counts of ``ops`` in the wgmma scorer's SASS (compiled for sm_90, launched as
-    the decodes launch it, or with ``ring``) with the ``base`` decode and with ``decode``."""
+    the decodes launch it with the ``base`` decode, or with ``ring``) with the ``base``
+    decode and with ``decode``, both at the base's pages a program (the E4M3 route's own
+    at N 32 are fewer)."""
     code = (
         "from bench.sass import scorer_sass\n"
         "from bench.sass_listing import instruction_mix\n"
+        "from bench.variants import decode_mma\n"
+        "from fast.scorer import long_row_pages, mma_rows\n"
+        f"pages = long_row_pages(mma_rows((8 - {first_slot}) * {hs}), decode_mma({base!r}))\n"
         f"for decode in ({base!r}, {decode!r}):\n"
-        f"    _, text = scorer_sass('wgmma', {hs}, None, None, first_slot={first_slot}, pdl=True, ring={ring!r},"
+        f"    _, text = scorer_sass('wgmma', {hs}, None, pages, first_slot={first_slot}, pdl=True, ring={ring!r},"
         " decode=decode)\n"
         "    mix = instruction_mix(text)\n"
         f"    print(*(mix[op] for op in {ops!r}))\n"
@@ -636,15 +641,15 @@ def test_msa_ring_probe_reads_what_the_scorer_reads(key_format, hs, first_slot):
 
 @pytest.mark.parametrize("decode", ["exact", "e4m3"])
 def test_n32_maxima_leave_room_for_the_programs_its_registers_allow(decode, tmp_path):
-    """``partial_maxima``'s rule at N 32, as the decode launches it on long rows (8 pages,
-    the ring of 2) on either route: with 8 partials the kernel's shared memory holds as many programs an
+    """``partial_maxima``'s rule at N 32, as the decode launches it on long rows (8 pages
+    exact, 4 E4M3; the ring of 2) on either route: with 8 partials the kernel's shared memory holds as many programs an
     SM as its registers do (the tool's own count, ``programs_per_sm``); 32 would hold
     fewer. The dynamic size is what ``shared_bytes`` counts for the route."""
     from bench.sass_listing import programs_per_sm, resources
     from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
     from fast.scorer import long_row_pages, ring_pages, shared_bytes
 
-    rows, pages = 32, long_row_pages(32)
+    rows, pages = 32, long_row_pages(32, decode)
     assert ring_pages(rows, pages, decode) == 2
     flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode, "--dump", str(tmp_path / "n32.sass")]
     done = _compile_only("-m", "bench.sass", *flags)

@@ -147,13 +147,15 @@ def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, see
 
 
 def test_wgmma_pages_per_program_shrinks_for_small_grids():
-    """Long rows get WGMMA_PAGES pages per program (the MSA kernel 4 at N = 32) where that
-    grid still has 16 programs an SM; smaller grids get 4, and grids too small to give every
-    SM 4 programs of 4 get fewer, down to 1."""
+    """Long rows get WGMMA_PAGES pages per program (4 at N = 32 on the E4M3 route and in the
+    MSA kernel) where that grid still has 16 programs an SM; smaller grids get 4, and grids
+    too small to give every SM 4 programs of 4 get fewer, down to 1."""
     from fast.scorer import WGMMA_PAGES, long_row_pages, pages_per_program
 
     assert WGMMA_PAGES == 8 and all(long_row_pages(n) == WGMMA_PAGES for n in (8, 16, 32, 64))
-    assert long_row_pages(32, msa=True) == 4 and long_row_pages(16, msa=True) == WGMMA_PAGES
+    assert long_row_pages(32, msa=True) == long_row_pages(32, "e4m3") == 4
+    assert long_row_pages(16, msa=True) == long_row_pages(16, "e4m3") == WGMMA_PAGES
+    assert pages_per_program(32, 8192, 132, rows=32, mma="e4m3") == 4
     assert pages_per_program(32, 8192, 132) == WGMMA_PAGES  # 1M, batch 32
     assert pages_per_program(32, 8192, 132, rows=16) == pages_per_program(32, 8192, 132, rows=64) == WGMMA_PAGES
     assert pages_per_program(32, 8192, 132, rows=32) == WGMMA_PAGES
@@ -179,7 +181,7 @@ def test_the_ring_policy_only_asks_for_rings_that_launch():
         for live in range(1, 65):
             rows = mma_rows(live)
             for batch, width in ((1, 64), (8, 1024), (32, 8192), (64, 4096)):
-                ppp = pages_per_program(batch, width, 132, rows)
+                ppp = pages_per_program(batch, width, 132, rows, mma)
                 ring = ring_pages(rows, ppp, mma)
                 assert 0 <= ring <= max_ring(rows, ppp, None, mma), (rows, ppp, ring, mma)
                 used.add((mma, rows, ring))
