@@ -28,7 +28,7 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warp
 from fast.kernels import page_ring
 from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
 from fast.kernels.page_maxima import own_tokens_max, page_max
-from fast.kernels.scorer_wgmma import _dequant_fragment, join_codes
+from fast.kernels.scorer_wgmma import dequant_fragment, join_codes
 
 
 @gluon.jit
@@ -105,30 +105,22 @@ def halves_ring_pages(
 
 
 # ``slotbars_ring_pages``' own shared memory, beside the ring's: a program's partial maxima
-# (N 32's: [4 pages, 8 partials, 32 rows] fp32) and, in the ring's mbarrier array, one
-# "slot read" mbarrier a slot after those ``page_ring`` uses.
+# (N 32's: [4 pages, 8 partials, 32 rows] fp32) and one "slot read" mbarrier a slot.
 _MAXIMA = "bench_slot_maxima"
 _MAXIMA_BYTES = 4 * 8 * 32 * 4
-_EMPTY = 8 * (page_ring.MAX_RING + 1)  # byte offset of slot 0's "read" mbarrier in the array
+_READ = "bench_slot_read"
 _DECLARE_SLOTBARS = gl.constexpr(
     f".shared .align 16 .b8 {_MAXIMA}[{_MAXIMA_BYTES}];\n"
+    f".shared .align 8 .b64 {_READ}[{page_ring.MAX_RING}];\n"
     "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n"
-    + "".join(
-        f"@p mbarrier.init.shared::cta.b64 [{page_ring._BARS}+{_EMPTY + 8 * s}], 128;\n"
-        for s in range(page_ring.MAX_RING)
-    )
+    + "".join(f"@p mbarrier.init.shared::cta.b64 [{_READ}+{8 * s}], 128;\n" for s in range(page_ring.MAX_RING))
     + "fence.mbarrier_init.release.cluster;\nmov.b32 $0, 0;\n}"
 )
 _ARRIVE = gl.constexpr(
-    tuple(
-        f"mbarrier.arrive.shared::cta.b64 _, [{page_ring._BARS}+{_EMPTY + 8 * s}];\nmov.b32 $0, 0;"
-        for s in range(page_ring.MAX_RING)
-    )
+    tuple(f"mbarrier.arrive.shared::cta.b64 _, [{_READ}+{8 * s}];\nmov.b32 $0, 0;" for s in range(page_ring.MAX_RING))
 )
 _WAIT_READ = gl.constexpr(
-    tuple(
-        page_ring.wait_asm(f"[{page_ring._BARS}+{_EMPTY + 8 * (k // 2)}]", k % 2) for k in range(2 * page_ring.MAX_RING)
-    )
+    tuple(page_ring.wait_asm(f"[{_READ}+{8 * (k // 2)}]", k % 2) for k in range(2 * page_ring.MAX_RING))
 )
 _PAGE_MAXIMA = 8 * 32 * 4  # a page's [8, 32] fp32
 _ADDRESS = gl.constexpr(f"{{\n.reg .b32 a;\nmov.b32 a, {_MAXIMA};\nadd.u32 $0, a, $1;\n}}")
@@ -216,7 +208,7 @@ def slotbars_ring_pages(
             if h == 1:  # the page's bytes are all in registers: its slot may be refilled
                 gl.inline_asm_elementwise(_ARRIVE[i % RING], "=r,r", [tid], dtype=gl.int32, is_pure=False, pack=1)
             tables = entries(scales, tab_ptr, tab_stride, TABLES)
-            a = _dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
+            a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
             acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
             run = _page_max_own(acc, run, h, at, i, PARTS)
         if i + RING < PPP:

@@ -21,7 +21,7 @@ from .sass_listing import OPCODE, main_loop_span
 # page loop, the loop's own control, or the epilogue after it; a line of Triton's library
 # (a reduction's combine) is the maximum's.
 _FUNCTION_PART = {
-    "_dequant_fragment": "decode",
+    "dequant_fragment": "decode",
     "decode_groups": "decode",
     "decode_groups_e4m3": "decode",
     "_fragment": "decode",

@@ -108,7 +108,7 @@ def decode_groups_e4m3(codes, tables):
 
 
 @gluon.jit
-def _dequant_fragment(
+def dequant_fragment(
     codes,
     tables,
     a_layout: gl.constexpr,
@@ -214,7 +214,7 @@ def _score_block(
     multiplied by q (``q_op``: registers for mma.sync, else the shared tile) and folded into
     the page's maxima (``page_maxima.page_max``). Returns the running maximum."""
     tables = entries(scales, tab_ptr, tab_stride, TABLES)
-    a = _dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
+    a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
     if _mma_sync(ROWS, E4M3_MMA):
         acc = mma_v2(a, q_op, zeros)
     else:
