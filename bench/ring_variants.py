@@ -105,13 +105,15 @@ def halves_ring_pages(
 
 
 # ``slotbars_ring_pages``' own shared memory, beside the ring's: a program's partial maxima
-# (N 32's: [4 pages, 8 partials, 32 rows] fp32) and one "slot read" mbarrier a slot.
+# (N 32's: [4 pages, 8 partials, 32 rows] fp32) and one "slot read" mbarrier a slot, each
+# array whole kilobytes, as the ring's are: the dynamic buffers after the static ones must
+# stay 1 KB aligned for wgmma's swizzle of q's tile.
 _MAXIMA = "bench_slot_maxima"
 _MAXIMA_BYTES = 4 * 8 * 32 * 4
 _READ = "bench_slot_read"
 _DECLARE_SLOTBARS = gl.constexpr(
-    f".shared .align 16 .b8 {_MAXIMA}[{_MAXIMA_BYTES}];\n"
-    f".shared .align 8 .b64 {_READ}[{page_ring.MAX_RING}];\n"
+    f".shared .align 1024 .b8 {_MAXIMA}[{_MAXIMA_BYTES}];\n"
+    f".shared .align 1024 .b64 {_READ}[128];\n"
     "{\n.reg .pred p;\nsetp.eq.b32 p, $1, 0;\n"
     + "".join(f"@p mbarrier.init.shared::cta.b64 [{_READ}+{8 * s}], 128;\n" for s in range(page_ring.MAX_RING))
     + "fence.mbarrier_init.release.cluster;\nmov.b32 $0, 0;\n}"

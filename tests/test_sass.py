@@ -707,14 +707,16 @@ def test_the_slotbars_ring_loop_has_no_barrier_in_its_pages(tmp_path):
     """bench.ring_variants' slotbars (``--ring-scorer slotbars``) at N 32, 4 pages: the page
     loop without a CTA barrier (the kernel's own has one a refill), the slots freed by their
     "read" mbarriers (an arrive a page and thread), unspilled and at the programs an SM the
-    kernel's registers allow; a program of 8 pages, more than its maxima array holds, is
-    refused by name (``tune_wgmma``)."""
+    kernel's registers allow, its own arrays leaving the dynamic buffers 1 KB aligned (a
+    32-byte array once broke q's swizzled tile: scores off on the GPU); a program of 8
+    pages, more than its maxima array holds, is refused by name (``tune_wgmma``)."""
     dump = tmp_path / "slotbars.sass"
     flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--pages", "4", "--ring-scorer", "slotbars"]
     done = _compile_only("-m", "bench.sass", *flags, "--dump", str(dump))
     assert done.returncode == 0, done.stderr
     usage, held = done.stdout.splitlines()[:2]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
+    _assert_dynamic_buffers_1k_aligned(int(re.search(r" SHARED:(\d+)", usage).group(1)), usage)
     sass = dump.read_text().splitlines()
     inits = max(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)  # the last mbarrier's init
     bars = [i for i, line in enumerate(sass) if "BAR.SYNC" in line]
