@@ -133,7 +133,6 @@ def rows_for(rows: int) -> int:
     return max(16, triton.next_power_of_2(rows))
 
 
-@functools.cache
 def wgmma_options(hs: int, first_slot: int, batch: int, width: int, sms: int, mma: str = "exact") -> dict:
     """The wgmma kernel's policy for a tile of ``hs`` heads scored from slot ``first_slot``
     over ``batch`` rows of ``width`` pages on ``sms`` SMs: its shape constexprs (HS, SLOT0,
@@ -161,6 +160,7 @@ def wgmma_options(hs: int, first_slot: int, batch: int, width: int, sms: int, mm
     return options
 
 
+@functools.cache
 def first_set(device: str) -> torch.Tensor:
     """int64 [1] zero: "read the tile itself" (cached: no allocation inside a graph capture)."""
     return torch.zeros(1, dtype=torch.int64, device=device)

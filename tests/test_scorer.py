@@ -146,6 +146,19 @@ def test_compact_column_is_bitwise_the_stock_score(cp, heads, lens, pattern, see
         assert torch.equal(compact[both].view(torch.int32), stock[..., pages.clamp_max(p - 1)][both].view(torch.int32))
 
 
+def test_launch_constants_are_one_tensor_a_device_and_options_a_fresh_dict():
+    """``first_set`` and ``no_record`` hand every launch on a device the same tensor (made
+    once: a graph capture must not allocate), while ``wgmma_options`` hands each plan its
+    own dict (``plan_scorer`` adds the launch's PDL and error record to it)."""
+    from fast.scorer import first_set, no_record, wgmma_options
+
+    assert first_set("cpu") is first_set("cpu") and no_record("cpu") is no_record("cpu")
+    plan = wgmma_options(4, 0, 32, 8192, 132)
+    plan.update(PDL=True, launch_pdl=True)
+    again = wgmma_options(4, 0, 32, 8192, 132)
+    assert again is not plan and "launch_pdl" not in again and "PDL" not in again, again
+
+
 def test_wgmma_pages_per_program_shrinks_for_small_grids():
     """Long rows get WGMMA_PAGES pages per program (4 at N = 32 on the E4M3 route and in the
     MSA kernel) where that grid still has 16 programs an SM; smaller grids get 4, and grids
