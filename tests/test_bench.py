@@ -930,3 +930,7 @@ def test_bounds_rows_print_each_arm_and_what_was_left_out():
     assert lines[2].split()[:2] == ["N32", "ring0"] and lines[2].endswith(
         "left out at this grid: ring: 3 pages do not fit"
     )
+    # an arm whose scores were not the route's is named as such, not timed
+    out = io.StringIO()
+    bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"slotbars": bounds.WRONG_SCORES}, file=out)
+    assert out.getvalue().strip().endswith("its scores differ from the route's own launch: not timed"), out.getvalue()
