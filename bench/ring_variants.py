@@ -27,7 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warp
 
 from fast.kernels import page_ring
 from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
-from fast.kernels.page_maxima import own_tokens_max, page_max
+from fast.kernels.page_maxima import own_tokens_max, page_max, partials_of
 from fast.kernels.scorer_wgmma import dequant_fragment, join_codes
 
 
@@ -141,9 +141,7 @@ def _part_offsets(zeros, PARTS: gl.constexpr):
     program's first page in this module's array (``zeros``: the [64, N] accumulator's), in
     the layout its folds give."""
     N: gl.constexpr = zeros.shape[1]
-    G: gl.constexpr = PARTS // 4
-    # the folds traced for their layout alone (the values go unused: no code)
-    like = gl.reshape(gl.max(gl.reshape(own_tokens_max(zeros), [4, 8 // G, G, N]), axis=1), [PARTS, N])
+    like = partials_of(own_tokens_max(zeros), PARTS)  # traced for its layout alone: no code
     p = gl.arange(0, PARTS, layout=gl.SliceLayout(1, like.type.layout))
     c = gl.arange(0, N, layout=gl.SliceLayout(0, like.type.layout))
     at = 4 * (p[:, None] * N + c[None, :])
@@ -160,8 +158,7 @@ def _page_max_own(acc, best, H: gl.constexpr, at, i: gl.constexpr, PARTS: gl.con
         best = own
     else:
         best = gl.maximum(best, own)
-        G: gl.constexpr = PARTS // 4
-        part = gl.reshape(gl.max(gl.reshape(best, [4, 8 // G, G, best.shape[2]]), axis=1), at.shape)
+        part = partials_of(best, PARTS)
         # two at a time: a thread's consecutive partial maxima are adjacent columns
         gl.inline_asm_elementwise(_STORE_MAXIMUM[i], "=r,=r,r,r,f,f", [at, part], dtype=gl.int32, is_pure=False, pack=2)
     return best

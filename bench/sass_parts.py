@@ -32,6 +32,7 @@ _FUNCTION_PART = {
 # maximum's, the once-a-program reduction the epilogue's.
 _MAXIMA_PART = {
     "page_max": "maximum",
+    "partials_of": "maximum",
     "own_tokens_max": "maximum",
     "column_maxima": "epilogue",
     "alloc_maxima": "setup",

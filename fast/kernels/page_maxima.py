@@ -51,6 +51,15 @@ def own_tokens_max(acc):
 
 
 @gluon.jit
+def partials_of(best, PARTS: gl.constexpr):
+    """[PARTS, N]: a page's running maximum (``own_tokens_max``'s [4, 8, N]) folded to PARTS
+    partial maxima of every row, g = (8 / G) a + c with a in other lanes (below 32, lanes
+    folded by shuffles), as ``page_max`` stores them."""
+    G: gl.constexpr = PARTS // 4  # the g kept apart
+    return gl.reshape(gl.max(gl.reshape(best, [4, 8 // G, G, best.shape[2]]), axis=1), [PARTS, best.shape[2]])
+
+
+@gluon.jit
 def page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
     """Fold 64-token block H (0 or 1) of page i (``acc``: fp32 [64, N] in the MMA's layout)
     into the page's running maximum ``best`` (``own_tokens_max``'s [4, 8, N]: block 0
@@ -62,10 +71,7 @@ def page_max(acc, best, H: gl.constexpr, maxima, i, PARTS: gl.constexpr):
         best = own
     else:
         best = gl.maximum(best, own)
-        G: gl.constexpr = PARTS // 4  # the g kept apart
-        # g = (8 / G) a + c: a in other lanes
-        part = gl.max(gl.reshape(best, [4, 8 // G, G, best.shape[2]]), axis=1)
-        maxima.index(i).store(gl.reshape(part, [PARTS, best.shape[2]]))
+        maxima.index(i).store(partials_of(best, PARTS))
     return best
 
 
