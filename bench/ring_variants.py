@@ -108,8 +108,9 @@ def halves_ring_pages(
 # (N 32's: [4 pages, 8 partials, 32 rows] fp32) and one "slot read" mbarrier a slot, each
 # array whole kilobytes, as the ring's are: the dynamic buffers after the static ones must
 # stay 1 KB aligned for wgmma's swizzle of q's tile.
+SLOTBARS_PAGES = 4  # pages a program the maxima array holds (N 32, 8 partials)
 _MAXIMA = "bench_slot_maxima"
-_MAXIMA_BYTES = 4 * 8 * 32 * 4
+_MAXIMA_BYTES = SLOTBARS_PAGES * 8 * 32 * 4
 _READ = "bench_slot_read"
 _DECLARE_SLOTBARS = gl.constexpr(
     f".shared .align 1024 .b8 {_MAXIMA}[{_MAXIMA_BYTES}];\n"
