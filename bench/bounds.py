@@ -33,8 +33,7 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Ring 3 keeps 5 programs an SM at N 32 with 4 pages (one more page in flight each), as do
 # 16 partial maxima (one shuffle round a page, not two); with 8 pages neither fits them.
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
-# that gives it 6 programs an SM with 4 pages). "slotbars": ``ring_variants.slotbars_ring_pages``
-# (no CTA barrier a page; its maxima array holds 4 pages). Those at 4 pages: against "ppp4".
+# that gives it 6 programs an SM with 4 pages: against "ppp4").
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -54,7 +53,6 @@ ARMS = {
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),
-        ("slotbars", {"ring_scorer": "slotbars", "pages_per_program": 4}),
     ),
     "N16": (
         ("policy", {}),

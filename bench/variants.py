@@ -28,7 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, score_kernel_loads, signless_groups
-from .ring_variants import SLOTBARS_PAGES, halves_ring_pages, slotbars_ring_pages
+from .ring_variants import halves_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -44,10 +44,9 @@ PROBE_DECODES = {
 }
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``)
-RING_SCORERS = {"halves": halves_ring_pages, "slotbars": slotbars_ring_pages}
-# the programs each takes on the exact route: (N, partial maxima, most pages a program) —
-# "slotbars"' own maxima array is sized for N 32's 8 partials of SLOTBARS_PAGES pages
-RING_SCORER_SHAPES = {"halves": ((16, 32), (4, 8, 16, 32), 16), "slotbars": ((32,), (8,), SLOTBARS_PAGES)}
+RING_SCORERS = {"halves": halves_ring_pages}
+# the programs each takes on the exact route: (N, partial maxima, most pages a program)
+RING_SCORER_SHAPES = {"halves": ((16, 32), (4, 8, 16, 32), 16)}
 
 
 def decode_mma(decode: str) -> str:

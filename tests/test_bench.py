@@ -932,5 +932,5 @@ def test_bounds_rows_print_each_arm_and_what_was_left_out():
     )
     # an arm whose scores were not the route's is named as such, not timed
     out = io.StringIO()
-    bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"slotbars": bounds.WRONG_SCORES}, file=out)
+    bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"halves": bounds.WRONG_SCORES}, file=out)
     assert out.getvalue().strip().endswith("its scores differ from the route's own launch: not timed"), out.getvalue()

@@ -701,29 +701,3 @@ def test_the_halves_ring_loop_streams_two_mma_groups_a_block(first_slot, cap, tm
         assert waits == 4 * pages and "DEPBAR.LE gsb0, 0x1" in sass, waits
     else:
         assert waits == hgmma and held.startswith("programs an SM (sm_90): 6 (6 by registers"), (waits, held)
-
-
-def test_the_slotbars_ring_loop_has_no_barrier_in_its_pages(tmp_path):
-    """bench.ring_variants' slotbars (``--ring-scorer slotbars``) at N 32, 4 pages: the page
-    loop without a CTA barrier (the kernel's own has one a refill), the slots freed by their
-    "read" mbarriers (an arrive a page and thread), unspilled and at the programs an SM the
-    kernel's registers allow, its own arrays leaving the dynamic buffers 1 KB aligned (a
-    32-byte array once broke q's swizzled tile: scores off on the GPU); a program of 8
-    pages, more than its maxima array holds, is refused by name (``tune_wgmma``)."""
-    dump = tmp_path / "slotbars.sass"
-    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--pages", "4", "--ring-scorer", "slotbars"]
-    done = _compile_only("-m", "bench.sass", *flags, "--dump", str(dump))
-    assert done.returncode == 0, done.stderr
-    usage, held = done.stdout.splitlines()[:2]
-    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
-    _assert_dynamic_buffers_1k_aligned(int(re.search(r" SHARED:(\d+)", usage).group(1)), usage)
-    sass = dump.read_text().splitlines()
-    inits = max(i for i, line in enumerate(sass) if "SYNCS.EXCH" in line)  # the last mbarrier's init
-    bars = [i for i, line in enumerate(sass) if "BAR.SYNC" in line]
-    # the pages: from the first page's wait (after the inits and their barrier) to the last HGMMA
-    first = next(i for i, line in enumerate(sass) if "SYNCS.PHASECHK" in line and i > inits)
-    last = max(i for i, line in enumerate(sass) if "HGMMA" in line)
-    assert not [i for i in bars if first < i < last], (first, last, bars)
-    assert sum("SYNCS.ARRIVE.TRANS64.A1T0" in line for line in sass) == 4, "an arrive a page"
-    refused = _compile_only("-m", "bench.sass", *flags[:5], "--pages", "8", "--ring-scorer", "slotbars")
-    assert refused.returncode != 0 and "ring_scorer: 'slotbars'" in refused.stderr, refused.stderr[-400:]
