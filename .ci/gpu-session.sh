@@ -62,6 +62,9 @@ for s in "$@"; do
     ncu-stalls) stage ncu-stalls 300 "for hs in 1 4; do ncu --clock-control none --kernel-name regex:score_kernel_wgmma --launch-skip 1 --launch-count 1 --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio python3 -c \"from bench.suite import scorer_once; scorer_once(hs=\$hs)\"; done" ;;
     # what bounds each wgmma shape: its row beside its probes and knobs, against g (bench/bounds.py)
     bounds) stage bounds 540 "python3 -m bench.bounds" ;;
+    # the same with every id folded onto half the L2: each arm's own work's floor (an H100's SMs
+    # and clock are an H200's, so on an H100 this is what the H200 can show at best)
+    bounds-resident) stage bounds-resident 540 "python3 -m bench.bounds --resident" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
     # what makes a scorer section's first rows slow (NVFP4's, MSA fp8's): the rows timed after each prelude, in a child
     first-rows) stage first-rows 540 "python3 -m bench.first_rows" ;;

@@ -1,4 +1,4 @@
-"""``python -m bench.bounds [--grids 32x1024 8x1024] [--rounds 2]``: what bounds each wgmma
+"""``python -m bench.bounds [--grids 32x1024 8x1024] [--rounds 2] [--resident]``: what bounds each wgmma
 scorer shape, in one call on any GPU: the route's own row beside its probes and its tuning
 knobs, all on the same operands, interleaved round by round, each against the same run's
 gathered read of the grid's pages (``timing.gathered_read_GBps``: ``g``).
@@ -9,6 +9,11 @@ everything but the loads (``loads_only``). The knobs say whether the policy's ch
 holds on this card: pages a program, the page ring, the register cap. The fifty-sixth
 session's H100 table (bench/PERF-HISTORY.md) is this table, by hand; run it on an H200 to
 see whether the same arms move there (N 32 reads the same µs on both cards).
+
+``--resident`` folds every grid's ids onto half the card's L2 (``timing.fold_tables``):
+the same arms and bytes with HBM out of the way, so each arm's µs is its own work's floor
+on this card's SMs. An H100 and an H200 have the same SMs and clock: on an H100, which hides
+a kernel's cost behind its lower bandwidth, this is what the H200 can show at best.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from fast.route import device_route
 from indexer_constants import PAGE, PAGE_BYTES
 
 from .suite import POOL_PAGES, scorer_operands
-from .timing import CachePool, cold_time_us, gathered_read_GBps
+from .timing import CachePool, cold_time_us, fold_tables, gathered_read_GBps
 from .variants import score_variant
 
 # (name, Hs, first slot): the wgmma kernel's N 32, N 16 and N 8 (mma.sync) shapes
@@ -97,16 +102,19 @@ def scores_result(variant: dict) -> bool:
     return variant.get("decode", "exact") == "exact" and not variant.get("loads_only")
 
 
-def shape_rows(pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen) -> tuple[dict, dict]:
+def shape_rows(
+    pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen, fold: int = 0
+) -> tuple[dict, dict]:
     """(name -> µs of each of ``shape``'s ARMS, ``rounds`` timings each, the arms taking turns
-    within a round, on one set of operands ``batch`` x ``pages``; name -> why an arm was
-    left out). Each arm is first called once: one ``variant_launch`` refuses at this grid
-    (a ring its policy has not, say) is left out; one that scores (``scores_result``) has its
-    scores compared with the route's own (NaN where it has NaN), and one that differs is
-    left out too, with WRONG_SCORES."""
+    within a round, on one set of operands ``batch`` x ``pages`` (fold: > 0, the tables'
+    ids folded onto that many pages); name -> why an arm was left out). Each arm is first
+    called once: one ``variant_launch`` refuses at this grid (a ring its policy has not,
+    say) is left out; one that scores (``scores_result``) has its scores compared with the
+    route's own (NaN where it has NaN), and one that differs is left out too, with
+    WRONG_SCORES."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
-    tables = o["tables"]
+    tables = fold_tables(o["tables"], fold)
     own, arms, left_out = None, [], {}
     for name, variant in ARMS[shape]:
         o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
@@ -147,6 +155,12 @@ def print_rows(batch: int, pages: int, shape: str, timings: dict, g_GBps: float,
         print(f"  {shape:<4} {name:<11} left out at this grid: {why}", file=file, flush=True)
 
 
+def resident_pages(l2_bytes: int) -> int:
+    """The pages ``--resident`` folds a grid onto: half an L2 of ``l2_bytes``, which holds
+    them once read beside the tables, q and the scores."""
+    return l2_bytes // 2 // PAGE_BYTES
+
+
 def main(argv=None) -> int:
     """The command line: each grid's ``g``, then each shape's arms (``print_rows``); exit
     status 1 where an arm's scores were not the route's (WRONG_SCORES)."""
@@ -156,19 +170,24 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=2, choices=range(1, 9), metavar="1..8")
     parser.add_argument("--shapes", nargs="+", choices=[s[0] for s in SHAPES], default=[s[0] for s in SHAPES])
+    parser.add_argument(
+        "--resident", action="store_true", help="every grid's ids folded onto half the L2: each arm's own work's floor"
+    )
     args = parser.parse_args(argv)
     if not torch.cuda.is_available() or not device_route(torch.device("cuda", 0)).sm90:
         parser.error("needs an sm_90 GPU (the wgmma scorer and its probes)")
     device = torch.device("cuda", 0)
-    print(f"{torch.cuda.get_device_name(device)}; µs of each arm, round by round; g: the gathered read")
+    fold = resident_pages(torch.cuda.get_device_properties(device).L2_cache_size) if args.resident else 0
+    where = f"; every id folded onto {fold} pages, which L2 holds" if fold else ""
+    print(f"{torch.cuda.get_device_name(device)}; µs of each arm, round by round; g: the gathered read{where}")
     pool = CachePool(POOL_PAGES, device)
     gen = torch.Generator().manual_seed(0)
     wrong = []
     for batch, pages in args.grids:
-        g = gathered_read_GBps(device, batch, pages, PAGE_BYTES)
+        g = gathered_read_GBps(device, batch, pages, PAGE_BYTES, fold=fold)
         print(f"{batch} x {pages * PAGE // 1024}K tokens ({batch} x {pages} pages): g {g:.0f} GB/s", flush=True)
         for shape in args.shapes:
-            timings, left_out = shape_rows(pool, batch, pages, shape, args.rounds, gen)
+            timings, left_out = shape_rows(pool, batch, pages, shape, args.rounds, gen, fold)
             print_rows(batch, pages, shape, timings, g, left_out)
             wrong += [f"{shape} {name} at {batch}x{pages}" for name, why in left_out.items() if why == WRONG_SCORES]
     if wrong:

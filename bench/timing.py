@@ -173,20 +173,27 @@ GATHER_SHAPES = ((1, 4), (2, 4), (4, 4), (4, 8))
 
 
 def gathered_read_GBps(
-    device, batch: int, pages: int, page_bytes: int, flush_bytes: int = FLUSH_BYTES, timer=cold_time_us
+    device,
+    batch: int,
+    pages: int,
+    page_bytes: int,
+    flush_bytes: int = FLUSH_BYTES,
+    timer=cold_time_us,
+    fold: int = 0,
 ) -> float:
     """GB/s of a bare read of ``batch`` x ``pages`` pages of ``page_bytes`` each (a multiple
     of 4), each page fetched where a table shuffled as the scorers' (``disjoint_tables``)
     puts it, timed as they are (``cold_time_us``), the best of
     ``GATHER_SHAPES``. Below the streamed read of as many bytes
     (``same_bytes_read_GBps``) where pages scattered over the pool cost DRAM more than one
-    run does: what a scorer reading those pages through such tables can reach."""
+    run does: what a scorer reading those pages through such tables can reach. fold: > 0,
+    the tables' ids folded onto that many pages (``fold_tables``)."""
     words = page_bytes // 4
     chunk = math.gcd(words, 1024)  # the largest power of 2 <= 1024 dividing a page's words
     need = batch * pages
     sets = max(1, min(64, math.ceil(flush_bytes / (need * page_bytes))))
     pool = torch.randint(0, 2**31 - 1, (sets * need * words,), dtype=torch.int32, device=device)
-    tables = disjoint_tables(batch, pages, sets, torch.Generator().manual_seed(0), device)
+    tables = fold_tables(disjoint_tables(batch, pages, sets, torch.Generator().manual_seed(0), device), fold)
     best = 0.0
     for units, warps in GATHER_SHAPES:
         grid = batch * triton.cdiv(pages, units)
@@ -327,6 +334,13 @@ def disjoint_tables(batch: int, pages: int, sets: int, gen: torch.Generator, dev
         (torch.randperm(need, generator=gen) + s * need).view(batch, pages).to(torch.int32).to(device)
         for s in range(sets)
     ]
+
+
+def fold_tables(tables: list[torch.Tensor], fold: int) -> list[torch.Tensor]:
+    """``tables`` (int32 [batch, pages] each) with every id taken modulo ``fold`` (> 0; 0:
+    as they are): a grid's pages folded onto the first ``fold`` of the pool, which a cache
+    that size holds once read — the kernels' own work timed with HBM out of the way."""
+    return [t % fold for t in tables] if fold > 0 else tables
 
 
 def random_tile(batch: int, hs: int, gen, device) -> torch.Tensor:

@@ -914,6 +914,25 @@ def test_bounds_grid_option_names_the_bad_value():
             bounds.grid(bad)
 
 
+def test_bounds_resident_folds_every_id_onto_half_the_l2():
+    """bench.bounds --resident: the tables' ids taken modulo half the L2's pages (an H100's 50
+    MB: 2844 pages of 9216 bytes), every fold a page the pool holds and the rest of the
+    table's layout kept; fold 0 leaves the tables as they are; the flag parses, and on a
+    machine without an sm_90 GPU the command stops with one clear error."""
+    from bench import bounds, timing
+
+    assert bounds.resident_pages(50 * 2**20) == 50 * 2**20 // 2 // 9216 == 2844
+    tables = timing.disjoint_tables(4, 1024, 3, torch.Generator().manual_seed(0), "cpu")
+    folded = timing.fold_tables(tables, 2844)
+    for t, f in zip(tables, folded, strict=True):
+        assert f.dtype == t.dtype and f.shape == t.shape and torch.equal(f, t % 2844)
+        assert 0 <= int(f.min()) and int(f.max()) < 2844 and len(f.unique()) > 2000  # spread, not one page
+    assert timing.fold_tables(tables, 0) is tables
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            bounds.main(["--resident"])
+
+
 def test_bounds_rows_print_each_arm_and_what_was_left_out():
     """bench.bounds' lines: an arm's µs each round, its GB/s at the best and that over g;
     an arm the grid refused, with why."""
