@@ -27,7 +27,7 @@ from indexer_constants import PAGE, PAGE_BYTES
 
 from .suite import POOL_PAGES, scorer_operands
 from .timing import CachePool, cold_time_us, fold_tables, gathered_read_GBps
-from .variants import score_variant
+from .variants import PROBE_DECODES, score_variant
 
 # (name, Hs, first slot): the wgmma kernel's N 32, N 16 and N 8 (mma.sync) shapes
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
@@ -38,7 +38,9 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # Ring 3 keeps 5 programs an SM at N 32 with 4 pages (one more page in flight each), as do
 # 16 partial maxima (one shuffle round a page, not two); with 8 pages neither fits them.
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
-# that gives it 6 programs an SM with 4 pages: against "ppp4").
+# that gives it 6 programs an SM with 4 pages: against "ppp4"). "e4m3-piped":
+# ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
+# for its MMAs to overlap), against "e4m3".
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -58,6 +60,7 @@ ARMS = {
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),
+        ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped"}),
     ),
     "N16": (
         ("policy", {}),
@@ -69,6 +72,7 @@ ARMS = {
         ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
+        ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
     ),
     "N8": (
         ("policy", {}),
@@ -80,7 +84,7 @@ ARMS = {
     ),
 }
 GRIDS = ((32, 1024), (8, 1024))  # batch x pages: 32 x 128K and 8 x 128K
-# why an arm that scores is left out when its scores are not the route's: the run goes on
+# why an arm that scores is left out when its scores are not its route's: the run goes on
 # (a GPU call is scarce) and ends with exit status 1
 WRONG_SCORES = "its scores differ from the route's own launch: not timed"
 
@@ -96,10 +100,12 @@ def grid(text: str) -> tuple[int, int]:
     return batch, pages
 
 
-def scores_result(variant: dict) -> bool:
-    """Whether an arm's ``out`` holds scores (its knobs and structures: held equal to the
-    route's own launch), not a probe's (a decode probe's, or nothing with ``loads_only``)."""
-    return variant.get("decode", "exact") == "exact" and not variant.get("loads_only")
+def scores_result(variant: dict) -> str | None:
+    """The route whose scores an arm's ``out`` holds ("exact" or "e4m3": its knobs and
+    structures, held equal to that route's first arm), or None for a probe's (a decode
+    probe's, or nothing with ``loads_only``)."""
+    decode = variant.get("decode", "exact")
+    return None if decode in PROBE_DECODES or variant.get("loads_only") else decode
 
 
 def shape_rows(
@@ -109,13 +115,13 @@ def shape_rows(
     within a round, on one set of operands ``batch`` x ``pages`` (fold: > 0, the tables'
     ids folded onto that many pages); name -> why an arm was left out). Each arm is first
     called once: one ``variant_launch`` refuses at this grid (a ring its policy has not,
-    say) is left out; one that scores (``scores_result``) has its scores compared with the
-    route's own (NaN where it has NaN), and one that differs is left out too, with
-    WRONG_SCORES."""
+    say) is left out; one that scores (``scores_result``) has its scores compared with its
+    route's own launch, the route's first arm (NaN where it has NaN), and one that differs
+    is left out too, with WRONG_SCORES."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
     tables = fold_tables(o["tables"], fold)
-    own, arms, left_out = None, [], {}
+    own, arms, left_out = {}, [], {}  # each route's scores, as its first arm gave them
     for name, variant in ARMS[shape]:
         o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
         try:
@@ -123,10 +129,11 @@ def shape_rows(
         except ValueError as refused:
             left_out[name] = str(refused)
             continue
-        if scores_result(variant):
+        route = scores_result(variant)
+        if route:
             got = out.nan_to_num(nan=7.0)
-            own = got.clone() if own is None else own
-            if not torch.equal(got, own):
+            own.setdefault(route, got.clone())
+            if not torch.equal(got, own[route]):
                 left_out[name] = WRONG_SCORES
                 continue
         arms.append((name, variant))

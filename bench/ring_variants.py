@@ -10,6 +10,14 @@ N 32 it compiles unspilled for 6 programs an SM, but ptxas then waits after ever
 Neither form beats the kernel (bench/PERF-HISTORY.md, fifty-sixth and fifty-seventh
 sessions).
 
+``piped_ring_pages`` (the E4M3 route's wgmma, N 16 and 32): the blocks software-pipelined.
+Block j's MMA is issued asynchronously and block j - 1's maxima are folded while it runs;
+block j + 1 is decoded while j's MMA may still run, then waited for. Two A fragments and
+two accumulators live at once: 92 registers at N 32 (5 programs an SM, not 6), 96 at N 16
+under a cap of 96 (5, as the kernel: its shared memory binds; under the policy's cap ptxas
+waits after every MMA). On the exact route ptxas waits after every HGMMA at N 16 and needs
+132 registers at N 32, so the loop does not run there.
+
 A ring loop with no CTA barrier in its pages (slots freed by "read" mbarriers, the maxima
 stored by PTX) lost 0.03-0.08 in three H100 runs and was removed (fifty-eighth session; its
 code is ``slotbars_ring_pages`` at 90dd1a7).
@@ -24,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warp
 from fast.kernels import page_ring
 from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
 from fast.kernels.page_maxima import page_max
-from fast.kernels.scorer_wgmma import join_codes
+from fast.kernels.scorer_wgmma import dequant_fragment, join_codes
 
 
 @gluon.jit
@@ -96,5 +104,61 @@ def halves_ring_pages(
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
     acc, a1 = warpgroup_mma_wait(0, deps=[acc, a1])  # the last block's high half
+    run = page_max(acc, run, 1, maxima, PPP - 1, PARTS)
+    return run, late
+
+
+@gluon.jit
+def piped_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages`` with the blocks software-pipelined (the module's second structure):
+    block j decoded, block j - 1's MMA waited for, block j's issued, then block j - 1's
+    maxima folded while it runs."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    acc = zeros  # the block in flight's accumulator and A fragment (none before the first)
+    a = gl.zeros([64, 128], gl.float16, a_layout)  # (exact route)
+    for i in gl.static_range(PPP):
+        late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
+            codes = page_ring.read_codes(base, i, h, RING)
+            a_next = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
+            done = acc
+            if i + h > 0:  # the block before: its product (an E4M3 A fragment cannot be a wait's
+                # dependency in Gluon; ptxas keeps its registers until the MMA is done)
+                if E4M3_MMA:
+                    done = warpgroup_mma_wait(0, deps=[acc])
+                else:
+                    done, a = warpgroup_mma_wait(0, deps=[acc, a])
+            acc = warpgroup_mma(a_next, q_op, zeros, use_acc=False, is_async=True)
+            a = a_next
+            if i + h > 0:  # its maxima, while this block multiplies
+                run = page_max(done, run, 1 - h, maxima, i - 1 + h, PARTS)
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    acc = warpgroup_mma_wait(0, deps=[acc])  # the last block
     run = page_max(acc, run, 1, maxima, PPP - 1, PARTS)
     return run, late

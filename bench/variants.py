@@ -28,7 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, score_kernel_loads, signless_groups
-from .ring_variants import halves_ring_pages
+from .ring_variants import halves_ring_pages, piped_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -44,9 +44,12 @@ PROBE_DECODES = {
 }
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``)
-RING_SCORERS = {"halves": halves_ring_pages}
-# the programs each takes on the exact route: (N, partial maxima, most pages a program)
-RING_SCORER_SHAPES = {"halves": ((16, 32), (4, 8, 16, 32), 16)}
+RING_SCORERS = {"halves": halves_ring_pages, "piped": piped_ring_pages}
+# the programs each takes: (N, partial maxima, most pages a program, MMA routes)
+RING_SCORER_SHAPES = {
+    "halves": ((16, 32), (4, 8, 16, 32), 16, ("exact",)),
+    "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
+}
 
 
 def decode_mma(decode: str) -> str:
@@ -110,11 +113,11 @@ def tune_wgmma(
             f" with {o['PPP']} pages a program (at most {most})"
         )
     if ring_scorer is not None:
-        rows, parts, most_pages = RING_SCORER_SHAPES[ring_scorer]
+        rows, parts, most_pages, routes = RING_SCORER_SHAPES[ring_scorer]
         fits = o["ROWS"] in rows and o["PARTS"] in parts and o["PPP"] <= most_pages
-        if o["RING"] == 0 or mma != "exact" or not fits:
+        if o["RING"] == 0 or mma not in routes or not fits:
             raise ValueError(
-                f"ring_scorer: {ring_scorer!r} needs the ring and the exact route's wgmma"
+                f"ring_scorer: {ring_scorer!r} needs the ring and wgmma on the route {routes}"
                 f" (N in {rows}, partials in {parts}, at most {most_pages} pages a program;"
                 f" here ring {o['RING']}, N {o['ROWS']}, {o['PARTS']} partials, {o['PPP']} pages, mma {mma!r})"
             )
@@ -179,8 +182,8 @@ def variant_launch(
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
     or 32; fewer cost shuffle rounds a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
-    of ``ring_variants``' (RING_SCORERS: "halves", on the exact route's wgmma, N 16 and
-    32), the ring kept (its policy's or ``ring``). error: an error record
+    of ``ring_variants``' (RING_SCORERS: "halves" on the exact route's wgmma, "piped" on
+    the E4M3 route's, N 16 and 32), the ring kept (its policy's or ``ring``). error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
     timeout to. None where there is nothing to score.
     """

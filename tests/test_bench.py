@@ -861,7 +861,7 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
     from bench import bounds
     from bench.suite import scorer_operands
     from bench.timing import CachePool
-    from bench.variants import variant_launch
+    from bench.variants import PROBE_DECODES, variant_launch
 
     _, hs, slot = next(s for s in bounds.SHAPES if s[0] == shape)
     pool = CachePool(64, torch.device("cpu"))
@@ -874,10 +874,15 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
             variant_launch(*args, kernel="wgmma", first_slot=slot, **variant)
     with pytest.raises(ValueError, match="decode"):  # the check holds: a bad keyword is caught first
         variant_launch(*args, kernel="wgmma", first_slot=slot, decode="nope")
-    # the arms whose scores are held equal to the route's own: knobs and structures, not probes
-    held = {name for name, variant in bounds.ARMS[shape] if bounds.scores_result(variant)}
-    probes = {name for name, v in bounds.ARMS[shape] if v.get("loads_only") or v.get("decode", "exact") != "exact"}
-    assert "policy" in held and not held & probes and held | probes == set(names), (held, probes)
+    # the arms whose scores are held equal to their route's own launch (its first arm, the
+    # route's plain launch): knobs and structures, not probes
+    routes = {name: bounds.scores_result(variant) for name, variant in bounds.ARMS[shape]}
+    probes = {name for name, v in bounds.ARMS[shape] if v.get("loads_only") or v.get("decode") in PROBE_DECODES}
+    held = {name for name, route in routes.items() if route}
+    assert routes["policy"] == "exact" and not held & probes and held | probes == set(names), (held, probes)
+    for route in set(routes.values()) - {None}:
+        first = next(v for name, v in bounds.ARMS[shape] if routes[name] == route)
+        assert first == ({} if route == "exact" else {"decode": route}), (route, first)
 
 
 @pytest.mark.parametrize("shape", ["N32", "N16", "N8"])

@@ -701,3 +701,29 @@ def test_the_halves_ring_loop_streams_two_mma_groups_a_block(first_slot, cap, tm
         assert waits == 4 * pages and "DEPBAR.LE gsb0, 0x1" in sass, waits
     else:
         assert waits == hgmma and held.startswith("programs an SM (sm_90): 6 (6 by registers"), (waits, held)
+
+
+@pytest.mark.parametrize("first_slot, cap", [(0, None), (4, 96)])
+def test_the_piped_ring_loop_waits_once_a_block(first_slot, cap, tmp_path):
+    """bench.ring_variants' piped (``--ring-scorer piped``) on the E4M3 route at N 32 / 16,
+    as bench.bounds' arms launch it: unspilled, at 5 programs an SM, one wait a block (each
+    block's k32 MMAs left in flight across the next block's decode and the maxima before
+    them: ptxas does not serialize them). Under N 16's own cap it would wait after every MMA;
+    the exact route is refused by name (its HGMMA would be serialized at N 16, and N 32
+    needs 132 registers)."""
+    from fast.scorer import long_row_pages
+
+    rows = 32 if first_slot == 0 else 16
+    pages = long_row_pages(rows, "e4m3")
+    dump = tmp_path / "piped.sass"
+    flags = ["--hs", "4", "--first-slot", str(first_slot), "--pdl", "--ring-scorer", "piped"]
+    capped = ["--register-cap", str(cap)] if cap else []
+    done = _compile_only("-m", "bench.sass", *flags, "--decode", "e4m3", "--dump", str(dump), *capped)
+    assert done.returncode == 0, done.stderr
+    usage, held = done.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
+    sass = dump.read_text()
+    assert sass.count("QGMMA.64x") == 8 * pages  # 4 k32-steps a block, 2 blocks a page
+    assert sass.count("WARPGROUP.DEPBAR") == 2 * pages, sass.count("WARPGROUP.DEPBAR")
+    refused = _compile_only("-m", "bench.sass", *flags)
+    assert refused.returncode != 0 and "ring_scorer: 'piped'" in refused.stderr, refused.stderr[-400:]
