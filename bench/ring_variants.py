@@ -137,23 +137,18 @@ def piped_ring_pages(
     block j decoded, block j - 1's MMA waited for, block j's issued, then block j - 1's
     maxima folded while it runs."""
     base = page_ring.ring_base(GROUP_LAYOUT)
-    acc = zeros  # the block in flight's accumulator and A fragment (none before the first)
-    a = gl.zeros([64, 128], gl.float16, a_layout)  # (exact route)
+    acc = zeros  # the block in flight's accumulator (none before the first)
     for i in gl.static_range(PPP):
         late = late | page_ring.wait(first + i < n, i, RING)
         for h in gl.static_range(2):
             tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
             codes = page_ring.read_codes(base, i, h, RING)
-            a_next = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
+            a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
             done = acc
             if i + h > 0:  # the block before: its product (an E4M3 A fragment cannot be a wait's
-                # dependency in Gluon; ptxas keeps its registers until the MMA is done)
-                if E4M3_MMA:
-                    done = warpgroup_mma_wait(0, deps=[acc])
-                else:
-                    done, a = warpgroup_mma_wait(0, deps=[acc, a])
-            acc = warpgroup_mma(a_next, q_op, zeros, use_acc=False, is_async=True)
-            a = a_next
+                # dependency in Gluon; ptxas keeps the registers of one in flight until it is done)
+                done = warpgroup_mma_wait(0, deps=[acc])
+            acc = warpgroup_mma(a, q_op, zeros, use_acc=False, is_async=True)
             if i + h > 0:  # its maxima, while this block multiplies
                 run = page_max(done, run, 1 - h, maxima, i - 1 + h, PARTS)
         if i + RING < PPP:
