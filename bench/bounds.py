@@ -1,14 +1,16 @@
-"""``python -m bench.bounds [--grids 32x1024 8x1024] [--rounds 2] [--resident]``: what bounds each wgmma
-scorer shape, in one call on any GPU: the route's own row beside its probes and its tuning
-knobs, all on the same operands, interleaved round by round, each against the same run's
-gathered read of the grid's pages (``timing.gathered_read_GBps``: ``g``).
+"""``python -m bench.bounds [--grids 32x1024 8x1024] [--rounds 2] [--resident]``: what
+bounds each wgmma scorer shape, in one call on any GPU: the route's own row beside its
+probes and its tuning knobs, all on the same operands, interleaved round by round, each
+against the same run's gathered read of the grid's pages (``timing.gathered_read_GBps``:
+``g``).
 
 The probes say what a part costs by leaving it out (``variants.variant_launch``): the
 decode (``none``; ``signless``, a third of its ALU work), the exact MMA for the E4M3 one,
-everything but the loads (``loads_only``). The knobs say whether the policy's choice still
-holds on this card: pages a program, the page ring, the register cap. The fifty-sixth
-session's H100 table (bench/PERF-HISTORY.md) is this table, by hand; run it on an H200 to
-see whether the same arms move there (N 32 reads the same µs on both cards).
+the page maxima (``nomax``), everything but the loads (``loads_only``). The knobs say
+whether the policy's choice still holds on this card: pages a program, the page ring, the
+register cap. The fifty-sixth session's H100 table (bench/PERF-HISTORY.md) is this table,
+by hand; run it on an H200 to see whether the same arms move there (N 32 reads the same µs
+on both cards).
 
 ``--resident`` folds every grid's ids onto half the card's L2 (``timing.fold_tables``):
 the same arms and bytes with HBM out of the way, so each arm's µs is its own work's floor
@@ -27,7 +29,7 @@ from indexer_constants import PAGE, PAGE_BYTES
 
 from .suite import POOL_PAGES, scorer_operands
 from .timing import CachePool, cold_time_us, fold_tables, gathered_read_GBps
-from .variants import PROBE_DECODES, score_variant
+from .variants import PROBE_DECODES, RING_PROBES, score_variant
 
 # (name, Hs, first slot): the wgmma kernel's N 32, N 16 and N 8 (mma.sync) shapes
 SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
@@ -40,7 +42,9 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
 # that gives it 6 programs an SM with 4 pages: against "ppp4"). "e4m3-piped":
 # ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
-# for its MMAs to overlap), against "e4m3".
+# for its MMAs to overlap), against "e4m3". "nomax" / "e4m3-nomax" (N 32; E4M3 at its cap of
+# 80): ``probes.no_maxima_ring_pages``, the ring loop without its page maxima — a probe,
+# against "policy" / "e4m3".
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -61,6 +65,8 @@ ARMS = {
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped"}),
+        ("nomax", {"ring_scorer": "nomax"}),
+        ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
     ),
     "N16": (
         ("policy", {}),
@@ -103,9 +109,10 @@ def grid(text: str) -> tuple[int, int]:
 def scores_result(variant: dict) -> str | None:
     """The route whose scores an arm's ``out`` holds ("exact" or "e4m3": its knobs and
     structures, held equal to that route's first arm), or None for a probe's (a decode
-    probe's, or nothing with ``loads_only``)."""
+    probe's, the maxima's, or nothing with ``loads_only``)."""
     decode = variant.get("decode", "exact")
-    return None if decode in PROBE_DECODES or variant.get("loads_only") else decode
+    probe = decode in PROBE_DECODES or variant.get("loads_only") or variant.get("ring_scorer") in RING_PROBES
+    return None if probe else decode
 
 
 def shape_rows(

@@ -16,18 +16,28 @@ never a decode, never in ``fast``.
 - ``every_id`` (IN_CACHE): no block-id guard, to price it.
 - ``score_kernel_loads``: the register-fed kernel's memory side alone — its loads, the q
   tile, each block's table entries gathered through L1 — folded into one store no GPU makes.
+- ``no_maxima_ring_pages`` (RING_PAGES, wgmma at N 32, either route): the ring loop
+  without its page maxima — each block's product folded into one running maximum of a
+  thread's own tokens, no shuffle and no shared-memory store a page (and no barrier Gluon
+  would put before one); that maximum stored once, as page 0's: what the maxima cost. At
+  the E4M3 route's cap of 80 (its registers otherwise leave it a program short); at N 16 it
+  spills at any cap, so it does not run there.
 """
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
+from fast.kernels import page_ring
 from fast.kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from fast.kernels.dequant_prmt import LOOKUP_STEP, TABLE_FROM_ENTRY, WIDEN_STEP, group_asm
-from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, load_nth_block
+from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nth_block
+from fast.kernels.page_maxima import own_tokens_max, partials_of
 from fast.kernels.rules import read_pages
+from fast.kernels.scorer_wgmma import dequant_fragment
 
 # The sign step's place in the signless probe: the magnitudes as they are.
 _NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
@@ -188,3 +198,47 @@ def score_kernel_loads(
             fold.to(gl.float32),
             mask=fold == 0x5EED5EED5EED,
         )
+
+
+@gluon.jit
+def no_maxima_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages`` without the page maxima (the module's probe of them; wrong scores):
+    the same waits, decode, MMA and refills, each product folded into one running maximum
+    of a thread's own tokens, stored once after the pages as page 0's partial maxima."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
+            a = dequant_fragment(
+                page_ring.read_codes(base, i, h, RING), tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3
+            )
+            run = gl.maximum(run, own_tokens_max(warpgroup_mma(a, q_op, zeros, use_acc=False)))
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    maxima.index(0).store(partials_of(run, PARTS))
+    return run, late

@@ -861,7 +861,7 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
     from bench import bounds
     from bench.suite import scorer_operands
     from bench.timing import CachePool
-    from bench.variants import PROBE_DECODES, variant_launch
+    from bench.variants import PROBE_DECODES, RING_PROBES, variant_launch
 
     _, hs, slot = next(s for s in bounds.SHAPES if s[0] == shape)
     pool = CachePool(64, torch.device("cpu"))
@@ -877,7 +877,11 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
     # the arms whose scores are held equal to their route's own launch (its first arm, the
     # route's plain launch): knobs and structures, not probes
     routes = {name: bounds.scores_result(variant) for name, variant in bounds.ARMS[shape]}
-    probes = {name for name, v in bounds.ARMS[shape] if v.get("loads_only") or v.get("decode") in PROBE_DECODES}
+    probes = {
+        name
+        for name, v in bounds.ARMS[shape]
+        if v.get("loads_only") or v.get("decode") in PROBE_DECODES or v.get("ring_scorer") in RING_PROBES
+    }
     held = {name for name, route in routes.items() if route}
     assert routes["policy"] == "exact" and not held & probes and held | probes == set(names), (held, probes)
     for route in set(routes.values()) - {None}:

@@ -731,3 +731,29 @@ def test_the_piped_ring_loop_waits_once_a_block(first_slot, cap, tmp_path):
         assert dump.read_text().count("WARPGROUP.DEPBAR") == 8 * pages
     refused = _compile_only("-m", "bench.sass", *flags)
     assert refused.returncode != 0 and "ring_scorer: 'piped'" in refused.stderr, refused.stderr[-400:]
+
+
+@pytest.mark.parametrize("e4m3", [False, True])
+def test_the_maxima_probe_drops_the_page_maxima_alone(e4m3, tmp_path):
+    """bench.probes' no_maxima_ring_pages (``--ring-scorer nomax``) at N 32, as bench.bounds'
+    arms launch it (the E4M3 route at its cap of 80): unspilled and at the programs an SM the
+    route's own kernel runs, its MMAs and page waits as the kernel's, and of the page maxima
+    only the one fold and store after the pages (the kernel folds 8 partials a page by
+    shuffles: 16 a page and thread); at N 16 it is refused by name (it spills there)."""
+    decode = ["--decode", "e4m3"] if e4m3 else []
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", *decode]
+    own, probe = tmp_path / "own.sass", tmp_path / "probe.sass"
+    capped = ["--register-cap", "80"] if e4m3 else []
+    kernel = _compile_only("-m", "bench.sass", *flags, "--dump", str(own))
+    done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "nomax", *capped, "--dump", str(probe))
+    assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
+    usage, held = done.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    assert held == kernel.stdout.splitlines()[1], (held, kernel.stdout)  # the same programs an SM
+    a, b = own.read_text(), probe.read_text()
+    for op in ("GMMA.64x", "WARPGROUP.DEPBAR", "SYNCS.PHASECHK"):
+        assert a.count(op) == b.count(op), op
+    pages = a.count("GMMA.64x") // (8 if e4m3 else 16)
+    assert a.count("SHFL") - b.count("SHFL") >= 16 * pages - 16, (a.count("SHFL"), b.count("SHFL"))
+    refused = _compile_only("-m", "bench.sass", "--hs", "4", "--first-slot", "4", "--pdl", "--ring-scorer", "nomax")
+    assert refused.returncode != 0 and "ring_scorer: 'nomax'" in refused.stderr, refused.stderr[-400:]
