@@ -65,6 +65,8 @@ for s in "$@"; do
     # the same with every id folded onto half the L2: each arm's own work's floor (an H100's SMs
     # and clock are an H200's, so on an H100 this is what the H200 can show at best)
     bounds-resident) stage bounds-resident 540 "python3 -m bench.bounds --resident" ;;
+    # N 32 and N 16 at 1M (8 and 32 rows), where the rounds spread most: the A/B a knob owes there
+    bounds-1m) stage bounds-1m 540 "python3 -m bench.bounds --grids 8x8192 32x8192 --shapes N32 N16" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
     # what makes a scorer section's first rows slow (NVFP4's, MSA fp8's): the rows timed after each prelude, in a child
     first-rows) stage first-rows 540 "python3 -m bench.first_rows" ;;
