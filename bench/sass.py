@@ -118,6 +118,13 @@ def _aligned(signature: dict) -> dict:
     return {(i,): [["tt.divisibility", 16]] for i, t in enumerate(signature.values()) if t.startswith("*")}
 
 
+def program_pages(kernel: str, rows: int, mma: str, pages: int | None = None) -> int:
+    """A Gluon scorer's pages a program as ``scorer_sass`` compiles it: ``pages``, else the
+    policy's on long rows at N = ``rows`` on the ``mma`` route (``long_row_pages``; the
+    MSA kernel's for "msa-fp8" / "msa-bf16")."""
+    return pages or long_row_pages(rows, mma, msa=kernel.startswith("msa-"))
+
+
 def scorer_sass(
     kernel: str,
     hs: int,
@@ -159,7 +166,7 @@ def scorer_sass(
     options: dict = {}
     if kernel.startswith("msa-"):
         rows = mma_rows(live)
-        ppp = pages or long_row_pages(rows, msa=True)
+        ppp = program_pages(kernel, rows, mma, pages)
         raw = "*u8" if kernel == "msa-fp8" else "*i16"
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
@@ -183,7 +190,7 @@ def scorer_sass(
     elif kernel == "wgmma":
         # the policy at this shape (its program of ``pages``, else long rows'), tuned as
         # ``variant_launch`` tunes it (``tune_wgmma``: the same checks)
-        ppp = pages or long_row_pages(mma_rows(live), mma)
+        ppp = program_pages(kernel, mma_rows(live), mma, pages)
         tuned = tune_wgmma(
             wgmma_options(hs, first_slot, 1, 1, 1, mma),
             decode=decode,
@@ -623,8 +630,7 @@ def main(argv=None) -> int:
         print(f"main loop (wgmma: one page per trip): {sum(loop.values())} instructions per thread")
         print("  " + ", ".join(f"{op} {n}" for op, n in loop.most_common(14)))
     rows = mma_rows((8 - args.first_slot) * args.hs)
-    mma = decode_mma(args.decode)
-    pages = args.pages or long_row_pages(rows, mma, msa=args.kernel.startswith("msa-"))  # both Gluon kernels'
+    pages = program_pages(args.kernel, rows, decode_mma(args.decode), args.pages)  # both Gluon kernels'
     if args.kernel == "wgmma":  # what an issue-bound program pays: the listing, its loop once per page
         total = sum(instruction_mix(sass).values()) + (pages - 1) * sum(loop.values())
         print(
