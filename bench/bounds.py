@@ -38,7 +38,7 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # partial maxima; at N 32 the exact route's 8 pages on the large grids are 4 on the small
 # one (the E4M3 route's 4 at every grid).
 # Ring 3 keeps 5 programs an SM at N 32 with 4 pages (one more page in flight each), as do
-# 16 partial maxima (one shuffle round a page, not two); with 8 pages neither fits them.
+# 16 partial maxima (against "ppp4"); with 8 pages neither fits beside the ring of 2.
 # "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
 # that gives it 6 programs an SM with 4 pages: against "ppp4"). "e4m3-piped":
 # ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
@@ -60,7 +60,7 @@ ARMS = {
         ("ring1", {"ring": 1}),
         ("ring0", {"ring": 0}),
         ("ring3", {"ring": 3, "pages_per_program": 4}),
-        ("parts16", {"partials": 16}),
+        ("parts16", {"partials": 16, "pages_per_program": 4}),
         ("uncapped", {"register_cap": None}),
         ("halves", {"ring_scorer": "halves"}),
         ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),

@@ -35,7 +35,7 @@ from fast.kernels import page_ring
 from fast.kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from fast.kernels.dequant_prmt import LOOKUP_STEP, TABLE_FROM_ENTRY, WIDEN_STEP, group_asm
 from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nth_block
-from fast.kernels.page_maxima import own_tokens_max, partials_of
+from fast.kernels.page_maxima import folds_by_layout, own_tokens_max, partials_of
 from fast.kernels.rules import read_pages
 from fast.kernels.scorer_wgmma import dequant_fragment
 
@@ -240,5 +240,5 @@ def no_maxima_ring_pages(
         if i + RING < PPP:
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
-    maxima.index(0).store(partials_of(run, PARTS))
+    maxima.index(0).store(partials_of(run, PARTS, folds_by_layout(ROWS, PARTS)))
     return run, late

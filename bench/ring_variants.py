@@ -31,7 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warp
 
 from fast.kernels import page_ring
 from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
-from fast.kernels.page_maxima import page_max
+from fast.kernels.page_maxima import folds_by_layout, page_max
 from fast.kernels.scorer_wgmma import dequant_fragment, join_codes
 
 
@@ -95,7 +95,7 @@ def halves_ring_pages(
             a0 = _half_operand(c_lo, t_lo, a_layout, GROUP_DECODE)
             if i + h > 0:  # the block before: its high half done, its maxima folded
                 acc, a1 = warpgroup_mma_wait(0, deps=[acc, a1])
-                run = page_max(acc, run, 1 - h, maxima, i - 1 + h, PARTS)
+                run = page_max(acc, run, 1 - h, maxima, i - 1 + h, PARTS, folds_by_layout(ROWS, PARTS))
             acc = warpgroup_mma(a0, q_op.slice(0, 64, 0), zeros, use_acc=False, is_async=True)
             a1 = _half_operand(c_hi, t_hi, a_layout, GROUP_DECODE)
             acc = warpgroup_mma(a1, q_op.slice(64, 64, 0), acc, is_async=True)
@@ -104,7 +104,7 @@ def halves_ring_pages(
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
     acc, a1 = warpgroup_mma_wait(0, deps=[acc, a1])  # the last block's high half
-    run = page_max(acc, run, 1, maxima, PPP - 1, PARTS)
+    run = page_max(acc, run, 1, maxima, PPP - 1, PARTS, folds_by_layout(ROWS, PARTS))
     return run, late
 
 
@@ -150,10 +150,10 @@ def piped_ring_pages(
                 done = warpgroup_mma_wait(0, deps=[acc])
             acc = warpgroup_mma(a, q_op, zeros, use_acc=False, is_async=True)
             if i + h > 0:  # its maxima, while this block multiplies
-                run = page_max(done, run, 1 - h, maxima, i - 1 + h, PARTS)
+                run = page_max(done, run, 1 - h, maxima, i - 1 + h, PARTS, folds_by_layout(ROWS, PARTS))
         if i + RING < PPP:
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
     acc = warpgroup_mma_wait(0, deps=[acc])  # the last block
-    run = page_max(acc, run, 1, maxima, PPP - 1, PARTS)
+    run = page_max(acc, run, 1, maxima, PPP - 1, PARTS, folds_by_layout(ROWS, PARTS))
     return run, late

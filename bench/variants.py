@@ -17,7 +17,7 @@ from fast import scorer
 from fast.backend import pdl_options
 from fast.checks import check_int, score_shapes
 from fast.kernels import page_ring
-from fast.kernels.page_maxima import dynamic_bytes, partial_maxima
+from fast.kernels.page_maxima import dynamic_bytes, folds_by_layout, partial_maxima
 from fast.kernels.page_ring import MAX_RING
 from fast.msa import tensor_map
 from fast.msa.kernels import block_ring
@@ -183,7 +183,7 @@ def variant_launch(
     policy. tables: the wgmma kernel's scale table copied into shared memory (True) or
     gathered from global memory (False), None its policy (loads_only: from global memory).
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
-    or 32; fewer cost shuffle rounds a page and free shared memory for programs), None its
+    or 32; fewer cost a fold a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
     of ``ring_variants``' (RING_SCORERS: "halves" on the exact route's wgmma, "piped" on
     the E4M3 route's, N 16 and 32) or the probe of the page maxima (``probes``' "nomax",
@@ -275,8 +275,9 @@ def variant_launch(
 
 def ring_room(rows: int, pages: int, parts: int, tables: int, mma: str) -> int:
     """The largest page ring beside the wgmma kernel's dynamic shared memory at N ``rows``
-    with ``pages`` a program and ``parts`` partial maxima (``page_maxima.dynamic_bytes``)."""
-    return page_ring.max_ring(dynamic_bytes(rows, pages, parts, mma), tables)
+    with ``pages`` a program and ``parts`` partial maxima (``page_maxima.dynamic_bytes``,
+    folded as the kernel folds them: ``folds_by_layout``)."""
+    return page_ring.max_ring(dynamic_bytes(rows, pages, parts, mma, folds_by_layout(rows, parts)), tables)
 
 
 def _prmt_launch(q_tile, k_cache, block_table, lens, out, first_slot, pages_per_program, tokens_per_dot, num_warps):

@@ -24,7 +24,7 @@ from .backend import pdl_options, sm_count
 from .checks import score_shapes
 from .kernels import page_ring
 from .kernels.guards import ERR_WORDS
-from .kernels.page_maxima import dynamic_bytes, partial_maxima
+from .kernels.page_maxima import dynamic_bytes, folds_by_layout, partial_maxima
 from .kernels.scorer_table import score_kernel_table
 from .kernels.scorer_wgmma import score_kernel_wgmma
 from .route import device_route
@@ -106,8 +106,10 @@ def shared_tables(rows: int) -> int:
 
 def shared_bytes(rows: int, pages: int, mma: str = "exact") -> int:
     """The kernel's dynamic shared memory at N = ``rows`` with ``pages`` per program on the
-    ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``)."""
-    return dynamic_bytes(rows, pages, partial_maxima(rows, pages, mma), mma)
+    ``mma`` route (``page_maxima.dynamic_bytes`` at its ``partial_maxima``, folded as
+    ``folds_by_layout`` says)."""
+    parts = partial_maxima(rows, pages, mma)
+    return dynamic_bytes(rows, pages, parts, mma, folds_by_layout(rows, parts))
 
 
 def max_ring(rows: int, pages: int, tables: int | None = None, mma: str = "exact") -> int:

@@ -10,9 +10,10 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import reference
-from bench.variants import dequant_pages_prmt, score_variant
+from bench.variants import dequant_pages_prmt, ring_room, score_variant
 from fast.errors import new_record
 from fast.kernels import page_ring
+from fast.kernels.page_maxima import partial_maxima
 from fast.scorer import long_row_pages, max_ring, mma_rows, shared_tables
 from fuzz.strategies import decode_configs
 from indexer_constants import CODE_BYTES, MMA_ROUTES, PAGE, SLOTS
@@ -99,9 +100,10 @@ PAGE_FEEDS = ((8, 2, None), (4, 2, None), (3, 4, None), (8, 0, None), (4, 2, 8),
 @settings(max_examples=12, deadline=None)
 @given(decode_configs(max_pages=24, patterns=tuple(EXACT_PATTERNS), routes=MMA_ROUTES))
 def test_every_page_feed_scores_exact_inputs_as_the_reference(cfg):
-    """Fuzzed decodes' exact-arithmetic inputs through each of PAGE_FEEDS that fits beside
-    the kernel's shared memory at the example's N (a decode's small grids never take the
-    programs that use the ring), on the example's MMA route: bit for bit the reference's."""
+    """Fuzzed decodes' exact-arithmetic inputs through each of PAGE_FEEDS whose ring fits
+    beside the kernel's shared memory (its partial maxima's too) at the example's N (a
+    decode's small grids never take the programs that use the ring), on the example's MMA
+    route: bit for bit the reference's."""
     case = cfg.build()
     batch, heads, q = len(cfg.seq_lens), case.index_q.shape[1], cfg.query_len
     tile = query_tile(case.index_q, batch, q)
@@ -111,7 +113,9 @@ def test_every_page_feed_scores_exact_inputs_as_the_reference(cfg):
     rows = mma_rows(q * heads)
     operands = (tile.cuda(), case.k_cache.cuda(), case.block_table.cuda(), case.seq_lens.cuda())
     for ppp, ring, partials in PAGE_FEEDS:
-        if ring > max_ring(rows, ppp, shared_tables(rows), cfg.mma):
+        parts = partial_maxima(rows, ppp, cfg.mma) if partials is None else partials
+        tables = shared_tables(rows)
+        if ring > min(max_ring(rows, ppp, tables, cfg.mma), ring_room(rows, ppp, parts, tables, cfg.mma)):
             continue
         got = torch.full_like(want, 1e30).cuda()
         feed = {"pages_per_program": ppp, "ring": ring, "partials": partials}

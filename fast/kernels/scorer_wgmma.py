@@ -21,6 +21,7 @@ from .loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nt
 from .page_maxima import (
     alloc_maxima,
     column_maxima,
+    folds_by_layout,
     maxima_layout,
     own_tokens_max,
     pad_pow2,
@@ -219,7 +220,7 @@ def _score_block(
         acc = mma_v2(a, q_op, zeros)
     else:
         acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
-    return page_max(acc, run, h, maxima, i, PARTS)
+    return page_max(acc, run, h, maxima, i, PARTS, folds_by_layout(ROWS, PARTS))
 
 
 @gluon.jit

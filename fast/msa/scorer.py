@@ -87,7 +87,7 @@ def mma_partials(rows: int, ppp: int) -> int:
 def dynamic_bytes(rows: int, ppp: int, mma: str = "exact") -> int:
     """The mma kernel's dynamic shared memory at N = ``rows`` with ``ppp`` columns a
     program on the ``mma`` route (``page_maxima.dynamic_bytes`` at its ``mma_partials``)."""
-    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp), mma)
+    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp), mma, fold=False)
 
 
 def max_stages(dtype: torch.dtype, rows: int, ppp: int, mma: str = "exact") -> int:

@@ -158,7 +158,7 @@ def msa_score_kernel_mma(
                 pos = query_position(length, (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS)
                 visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
                 acc = gl.where(visible, acc, float("-inf"))
-            run = page_max(acc, run, k % 2, maxima, k // 2, PARTS)
+            run = page_max(acc, run, k % 2, maxima, k // 2, PARTS, False)  # by shuffles: folds_by_layout
 
         if BULK:
             page_ring.report(late, err_ptr)
