@@ -39,8 +39,7 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # one (the E4M3 route's 4 at every grid).
 # Ring 3 keeps 5 programs an SM at N 32 with 4 pages (one more page in flight each), as do
 # 16 partial maxima (against "ppp4"); with 8 pages neither fits beside the ring of 2.
-# "halves": ``ring_variants.halves_ring_pages`` (at N 32 uncapped, and under the cap of 80
-# that gives it 6 programs an SM with 4 pages: against "ppp4"). "e4m3-piped":
+# "e4m3-piped":
 # ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
 # for its MMAs to overlap), against "e4m3". "nomax" / "e4m3-nomax" (N 32; E4M3 at its cap of
 # 80): ``probes.no_maxima_ring_pages``, the ring loop without its page maxima — a probe,
@@ -62,8 +61,6 @@ ARMS = {
         ("ring3", {"ring": 3, "pages_per_program": 4}),
         ("parts16", {"partials": 16, "pages_per_program": 4}),
         ("uncapped", {"register_cap": None}),
-        ("halves", {"ring_scorer": "halves"}),
-        ("halves80", {"ring_scorer": "halves", "register_cap": 80, "pages_per_program": 4}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped"}),
         ("nomax", {"ring_scorer": "nomax"}),
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
@@ -77,7 +74,6 @@ ARMS = {
         ("ring0", {"ring": 0}),
         ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
-        ("halves", {"ring_scorer": "halves"}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
     ),
     "N8": (

@@ -28,7 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, no_maxima_ring_pages, score_kernel_loads, signless_groups
-from .ring_variants import halves_ring_pages, piped_ring_pages
+from .ring_variants import piped_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -45,11 +45,10 @@ PROBE_DECODES = {
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``),
 # and those of them that probe (their scores are not the route's)
-RING_SCORERS = {"halves": halves_ring_pages, "piped": piped_ring_pages, "nomax": no_maxima_ring_pages}
+RING_SCORERS = {"piped": piped_ring_pages, "nomax": no_maxima_ring_pages}
 RING_PROBES = ("nomax",)
 # the programs each takes: (N, partial maxima, most pages a program, MMA routes)
 RING_SCORER_SHAPES = {
-    "halves": ((16, 32), (4, 8, 16, 32), 16, ("exact",)),
     "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
     "nomax": ((32,), (4, 8, 16, 32), 16, ("exact", "e4m3")),
 }
@@ -185,8 +184,8 @@ def variant_launch(
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
     or 32; fewer cost a fold a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
-    of ``ring_variants``' (RING_SCORERS: "halves" on the exact route's wgmma, "piped" on
-    the E4M3 route's, N 16 and 32) or the probe of the page maxima (``probes``' "nomax",
+    of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16
+    and 32) or the probe of the page maxima (``probes``' "nomax",
     either route, N 32), the ring kept (its policy's or ``ring``). error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
     timeout to. None where there is nothing to score.

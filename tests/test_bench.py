@@ -950,15 +950,15 @@ def test_bounds_rows_print_each_arm_and_what_was_left_out():
     from bench import bounds
 
     out = io.StringIO()
-    timings = {"policy": [126.8, 127.0], "halves": [124.6, 127.1]}
+    timings = {"policy": [126.8, 127.0], "ppp4": [124.6, 127.1]}
     bounds.print_rows(32, 1024, "N32", timings, 3000.0, {"ring0": "ring: 3 pages do not fit"}, file=out)
     lines = out.getvalue().splitlines()
     assert len(lines) == 3 and "126.8 / 127.0 µs" in lines[0] and "2382 GB/s  0.79 g" in lines[0], lines
-    assert lines[1].split()[1] == "halves" and "2424 GB/s" in lines[1], lines
+    assert lines[1].split()[1] == "ppp4" and "2424 GB/s" in lines[1], lines
     assert lines[2].split()[:2] == ["N32", "ring0"] and lines[2].endswith(
         "left out at this grid: ring: 3 pages do not fit"
     )
     # an arm whose scores were not the route's is named as such, not timed
     out = io.StringIO()
-    bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"halves": bounds.WRONG_SCORES}, file=out)
+    bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"ppp4": bounds.WRONG_SCORES}, file=out)
     assert out.getvalue().strip().endswith("its scores differ from the route's own launch: not timed"), out.getvalue()

@@ -675,35 +675,6 @@ def test_programs_per_sm_counts_each_resource():
     assert programs_per_sm(64, 0, warps=8) == {"registers": 4, "shared memory": 228, "warps": 8}
 
 
-@pytest.mark.parametrize("first_slot, cap", [(0, None), (0, 80), (4, None)])
-def test_the_halves_ring_loop_streams_two_mma_groups_a_block(first_slot, cap, tmp_path):
-    """bench.ring_variants' halves (``--ring-scorer halves``) at N 32 / 16 through the ring,
-    as the decode launches it but for that loop: unspilled; at the policy's cap two wgmma
-    groups of 4 k-steps a block and two waits (one leaves the high half in flight); under
-    a cap of 80 at N 32 the 6 programs an SM its shared memory allows, ptxas waiting after
-    every HGMMA (bench/PERF-HISTORY.md, fifty-sixth session). The kernel's own loop is
-    unchanged by the hook it goes through (``test_the_page_ring_costs_one_barrier_a_page``)."""
-    from fast.scorer import long_row_pages
-
-    rows = 32 if first_slot == 0 else 16
-    pages = 4 if cap else long_row_pages(rows)  # bench.bounds' capped arm: 4 pages leave room for 6
-    dump = tmp_path / "halves.sass"
-    flags = ["--hs", "4", "--first-slot", str(first_slot), "--pdl", "--ring-scorer", "halves", "--dump", str(dump)]
-    flags += ["--pages", str(pages)]
-    done = _compile_only("-m", "bench.sass", *flags, *(["--register-cap", str(cap)] if cap else []))
-    assert done.returncode == 0, done.stderr
-    usage, held = done.stdout.splitlines()[:2]
-    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
-    sass = dump.read_text()
-    hgmma = sass.count("HGMMA.64x")
-    waits = sass.count("WARPGROUP.DEPBAR")
-    assert hgmma == 16 * pages, hgmma  # 8 k-steps a block, 2 blocks a page
-    if cap is None:
-        assert waits == 4 * pages and "DEPBAR.LE gsb0, 0x1" in sass, waits
-    else:
-        assert waits == hgmma and held.startswith("programs an SM (sm_90): 6 (6 by registers"), (waits, held)
-
-
 @pytest.mark.parametrize("first_slot, cap", [(0, None), (4, 96)])
 def test_the_piped_ring_loop_waits_once_a_block(first_slot, cap, tmp_path):
     """bench.ring_variants' piped (``--ring-scorer piped``) on the E4M3 route at N 32 / 16,
