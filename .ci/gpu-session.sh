@@ -67,6 +67,9 @@ for s in "$@"; do
     bounds-resident) stage bounds-resident 540 "python3 -m bench.bounds --resident" ;;
     # N 32 and N 16 at 1M (8 and 32 rows), where the rounds spread most: the A/B a knob owes there
     bounds-1m) stage bounds-1m 540 "python3 -m bench.bounds --grids 8x8192 32x8192 --shapes N32 N16" ;;
+    # the MSA mma kernel's the same way (bench/msa_bounds.py), cold and with every id in L2
+    msa-bounds) stage msa-bounds 480 "python3 -m bench.msa_bounds" ;;
+    msa-bounds-resident) stage msa-bounds-resident 480 "python3 -m bench.msa_bounds --resident" ;;
     pipes) stage pipes 120 "python3 -m bench.pipe_rates" ;;
     # what makes a scorer section's first rows slow (NVFP4's, MSA fp8's): the rows timed after each prelude, in a child
     first-rows) stage first-rows 540 "python3 -m bench.first_rows" ;;

@@ -114,47 +114,57 @@ def scores_result(variant: dict) -> str | None:
 def shape_rows(
     pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen, fold: int = 0
 ) -> tuple[dict, dict]:
-    """(name -> µs of each of ``shape``'s ARMS, ``rounds`` timings each, the arms taking turns
-    within a round, on one set of operands ``batch`` x ``pages`` (fold: > 0, the tables'
-    ids folded onto that many pages); name -> why an arm was left out). Each arm is first
-    called once: one ``variant_launch`` refuses at this grid (a ring its policy has not,
-    say) is left out; one that scores (``scores_result``) has its scores compared with its
-    route's own launch, the route's first arm (NaN where it has NaN), and one that differs
-    is left out too, with WRONG_SCORES."""
+    """``held_timings`` of ``shape``'s ARMS on one set of operands ``batch`` x ``pages``
+    (fold: > 0, the tables' ids folded onto that many pages), each arm's scores held to its
+    route's (``scores_result``)."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
     tables = fold_tables(o["tables"], fold)
-    own, arms, left_out = {}, [], {}  # each route's scores, as its first arm gave them
-    for name, variant in ARMS[shape]:
-        o["out"].fill_(12345.0)  # a column an arm leaves unwritten shows
+
+    def run(variant, i):
+        score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=slot, **variant)
+
+    return held_timings(ARMS[shape], run, o["out"], scores_result, rounds, len(tables))
+
+
+def held_timings(arms, run, out: torch.Tensor, route_of, rounds: int, sets: int) -> tuple[dict, dict]:
+    """(name -> µs of each of ``arms`` (name, keywords), ``rounds`` timings each by
+    ``cold_time_us`` over ``sets`` table sets, the arms taking turns within a round; name ->
+    why an arm was left out). ``run(keywords, i)`` launches an arm on table set i, writing
+    ``out``. Each arm is first run once: one whose launch refuses (ValueError: a ring its
+    policy has not, say) is left out; one that scores (``route_of(keywords)``: its route,
+    or None for a probe) has its scores compared with its route's own launch, the route's
+    first arm (NaN where it has NaN), and one that differs is left out too, with
+    WRONG_SCORES."""
+    own, held, left_out = {}, [], {}  # each route's scores, as its first arm gave them
+    for name, variant in arms:
+        out.fill_(12345.0)  # a column an arm leaves unwritten shows
         try:
-            out = score_variant(o["tile"], pool.cache, tables[0], o["lens"], o["out"], first_slot=slot, **variant)
+            run(variant, 0)
         except ValueError as refused:
             left_out[name] = str(refused)
             continue
-        route = scores_result(variant)
+        route = route_of(variant)
         if route:
             got = out.nan_to_num(nan=7.0)
             own.setdefault(route, got.clone())
             if not torch.equal(got, own[route]):
                 left_out[name] = WRONG_SCORES
                 continue
-        arms.append((name, variant))
-    timings = {name: [] for name, _ in arms}
+        held.append((name, variant))
+    timings = {name: [] for name, _ in held}
     for _ in range(rounds):
-        for name, variant in arms:
-
-            def call(i, variant=variant):
-                score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=slot, **variant)
-
-            timings[name].append(cold_time_us(call, len(tables)))
+        for name, variant in held:
+            timings[name].append(cold_time_us(lambda i, variant=variant: run(variant, i), sets))
     return timings, left_out
 
 
-def print_rows(batch: int, pages: int, shape: str, timings: dict, g_GBps: float, left_out=None, file=None) -> None:
-    """One line an arm: its µs (every round), its GB/s at the best and that over ``g``; then
-    one an arm left out (``shape_rows``), with why."""
-    nbytes = batch * pages * PAGE_BYTES
+def print_rows(
+    batch: int, pages: int, shape: str, timings: dict, g_GBps: float, left_out=None, file=None, unit_bytes=PAGE_BYTES
+) -> None:
+    """One line an arm: its µs (every round), its GB/s at the best (``unit_bytes`` a page or
+    block) and that over ``g``; then one an arm left out (``shape_rows``), with why."""
+    nbytes = batch * pages * unit_bytes
     for name, us in timings.items():
         rate = nbytes / min(us) / 1e3
         spread = " / ".join(f"{u:.1f}" for u in us)
@@ -165,28 +175,40 @@ def print_rows(batch: int, pages: int, shape: str, timings: dict, g_GBps: float,
         print(f"  {shape:<4} {name:<11} left out at this grid: {why}", file=file, flush=True)
 
 
-def resident_pages(l2_bytes: int) -> int:
-    """The pages ``--resident`` folds a grid onto: half an L2 of ``l2_bytes``, which holds
-    them once read beside the tables, q and the scores."""
-    return l2_bytes // 2 // PAGE_BYTES
+def resident_pages(l2_bytes: int, unit_bytes: int = PAGE_BYTES) -> int:
+    """The pages (blocks of ``unit_bytes``) ``--resident`` folds a grid onto: half an L2 of
+    ``l2_bytes``, which holds them once read beside the tables, q and the scores."""
+    return l2_bytes // 2 // unit_bytes
+
+
+def arm_parser(prog: str, doc: str, shapes) -> argparse.ArgumentParser:
+    """The command line of ``prog`` (this module's or ``msa_bounds``'): --grids, --rounds,
+    --shapes (of ``shapes``' names), --resident; ``doc``'s first paragraph its description."""
+    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument(
+        "--grids", type=grid, nargs="+", default=list(GRIDS), help="BATCHxPAGES (default 32x1024 8x1024)"
+    )
+    parser.add_argument("--rounds", type=int, default=2, choices=range(1, 9), metavar="1..8")
+    parser.add_argument("--shapes", nargs="+", choices=[s[0] for s in shapes], default=[s[0] for s in shapes])
+    parser.add_argument(
+        "--resident", action="store_true", help="every grid's ids folded onto half the L2: each arm's own work's floor"
+    )
+    return parser
+
+
+def sm90_device(parser: argparse.ArgumentParser, what: str) -> torch.device:
+    """The first GPU, or ``parser``'s error where it is not sm_90 (``what`` needs one)."""
+    if not torch.cuda.is_available() or not device_route(torch.device("cuda", 0)).sm90:
+        parser.error(f"needs an sm_90 GPU ({what})")
+    return torch.device("cuda", 0)
 
 
 def main(argv=None) -> int:
     """The command line: each grid's ``g``, then each shape's arms (``print_rows``); exit
     status 1 where an arm's scores were not the route's (WRONG_SCORES)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.bounds", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--grids", type=grid, nargs="+", default=list(GRIDS), help="BATCHxPAGES (default 32x1024 8x1024)"
-    )
-    parser.add_argument("--rounds", type=int, default=2, choices=range(1, 9), metavar="1..8")
-    parser.add_argument("--shapes", nargs="+", choices=[s[0] for s in SHAPES], default=[s[0] for s in SHAPES])
-    parser.add_argument(
-        "--resident", action="store_true", help="every grid's ids folded onto half the L2: each arm's own work's floor"
-    )
+    parser = arm_parser("python -m bench.bounds", __doc__, SHAPES)
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available() or not device_route(torch.device("cuda", 0)).sm90:
-        parser.error("needs an sm_90 GPU (the wgmma scorer and its probes)")
-    device = torch.device("cuda", 0)
+    device = sm90_device(parser, "the wgmma scorer and its probes")
     fold = resident_pages(torch.cuda.get_device_properties(device).L2_cache_size) if args.resident else 0
     where = f"; every id folded onto {fold} pages, which L2 holds" if fold else ""
     print(f"{torch.cuda.get_device_name(device)}; µs of each arm, round by round; g: the gathered read{where}")

@@ -962,3 +962,64 @@ def test_bounds_rows_print_each_arm_and_what_was_left_out():
     out = io.StringIO()
     bounds.print_rows(32, 1024, "N32", {}, 3000.0, {"ppp4": bounds.WRONG_SCORES}, file=out)
     assert out.getvalue().strip().endswith("its scores differ from the route's own launch: not timed"), out.getvalue()
+
+
+@pytest.mark.parametrize("key_format", ["fp8", "bf16"])
+def test_msa_bounds_arms_are_launches_the_block_variants_take(key_format):
+    """bench.msa_bounds: each format's arms are ``block_variant_launch`` keywords (on a CPU
+    the mma kernel's sm_90 check refuses every one), named once, the decode's own launch
+    first; the E4M3 route only with fp8 keys, first of its route; the ring alone the one
+    probe (its scores held to nothing), every other arm held to its route's own launch."""
+    from bench import msa_bounds
+    from bench.variants import block_variant_launch
+    from fast.msa.scorer import KEY_FORMATS
+
+    arms = msa_bounds.format_arms(key_format)
+    names = [name for name, _ in arms]
+    assert names[0] == "policy" and arms[0][1] == {} and len(set(names)) == len(names)
+    assert ("e4m3" in names) == (key_format == "fp8")
+    routes = {name: msa_bounds.scores_route(v) for name, v in arms}
+    assert [name for name, route in routes.items() if route is None] == ["loads_only"], routes
+    if key_format == "fp8":
+        assert next(name for name, _ in arms if routes[name] == "e4m3") == "e4m3"
+    tile = torch.zeros(1, 8, 4, 128).to(KEY_FORMATS[key_format])
+    cache = torch.zeros(4, 128, 128).to(KEY_FORMATS[key_format])
+    args = (tile, cache, torch.zeros(1, 2, dtype=torch.int32), torch.full((1,), 256, dtype=torch.int32))
+    for _, variant in arms:
+        with pytest.raises(ValueError, match="sm_90"):
+            block_variant_launch(*args, torch.zeros(1, 32, 2), kernel="mma", num_pages=2, **variant)
+
+
+def test_msa_bounds_fold_blocks_and_print_rates_by_the_block():
+    """bench.msa_bounds --resident folds ids onto half the L2 in blocks of the format (an
+    H100's 50 MB: 1600 fp8 blocks, 800 bf16), its rows' GB/s count the format's blocks, and
+    on a machine without an sm_90 GPU the command stops with one clear error."""
+    import io
+
+    from bench import bounds, msa_bounds
+    from bench.msa import block_bytes
+
+    assert bounds.resident_pages(50 * 2**20, block_bytes("fp8")) == 1600
+    assert bounds.resident_pages(50 * 2**20, block_bytes("bf16")) == 800
+    out = io.StringIO()
+    bounds.print_rows(32, 1024, "N32", {"policy": [200.0]}, 3000.0, file=out, unit_bytes=block_bytes("fp8"))
+    assert "2684 GB/s  0.89 g" in out.getvalue(), out.getvalue()
+    assert [s[0] for s in msa_bounds.SHAPES] == ["N32", "N16", "N8", "N8q1"]
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit):
+            msa_bounds.main(["--resident", "--formats", "fp8"])
+
+
+@pytest.mark.gpu
+@pytest.mark.hopper
+def test_msa_bounds_times_every_arm_its_shape_takes(capsys):
+    """bench.msa_bounds on the GPU at a small grid: every format's shapes print a row an arm
+    (or why it was left out), no arm's scores differ from its route's, exit status 0."""
+    from bench import msa_bounds
+
+    assert msa_bounds.main(["--grids", "2x64", "--rounds", "1", "--resident"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split() for line in out.splitlines() if line.startswith("  N")]
+    arms = len(msa_bounds.format_arms("fp8")) + len(msa_bounds.format_arms("bf16"))
+    assert len(rows) == len(msa_bounds.SHAPES) * arms, out
+    assert "its scores differ" not in out, out
