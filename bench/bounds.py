@@ -43,7 +43,8 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
 # for its MMAs to overlap), against "e4m3". "nomax" / "e4m3-nomax" (N 32; E4M3 at its cap of
 # 80): ``probes.no_maxima_ring_pages``, the ring loop without its page maxima — a probe,
-# against "policy" / "e4m3".
+# against "policy" / "e4m3". "early" / "e4m3-early": ``ring_variants.early_ids_ring_pages``
+# (each refill's page id loaded a page ahead), against "policy" / "e4m3".
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -64,6 +65,8 @@ ARMS = {
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped"}),
         ("nomax", {"ring_scorer": "nomax"}),
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
+        ("early", {"ring_scorer": "early_ids"}),
+        ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
     ),
     "N16": (
         ("policy", {}),
@@ -75,6 +78,8 @@ ARMS = {
         ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
+        ("early", {"ring_scorer": "early_ids"}),
+        ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
     ),
     "N8": (
         ("policy", {}),
@@ -83,6 +88,7 @@ ARMS = {
         ("loads_only", {"loads_only": True}),
         ("ppp4", {"pages_per_program": 4}),
         ("uncapped", {"register_cap": None}),
+        ("early", {"ring_scorer": "early_ids"}),
     ),
 }
 GRIDS = ((32, 1024), (8, 1024))  # batch x pages: 32 x 128K and 8 x 128K

@@ -10,6 +10,12 @@ under a cap of 96 (5, as the kernel: its shared memory binds; under the policy's
 waits after every MMA). On the exact route ptxas waits after every HGMMA at N 16 and needs
 132 registers at N 32, so the loop does not run there.
 
+``early_ids_ring_pages`` (either route, every N the ring runs): ``ring_pages`` with each
+refill's page id loaded one page early — at page i's start, before its wait, not after its
+barrier — so the id's global load is not on the refill's path: the kernel's own loop loads
+it right after the barrier and issues the copy once it lands (``python -m bench.sass
+--ring-scorer early_ids``).
+
 Removed once measured behind (bench/PERF-HISTORY.md):
 - a ring loop with no CTA barrier in its pages (slots freed by "read" mbarriers, the maxima
   stored by PTX): 0.03-0.08 in three H100 runs (fifty-eighth session; ``slotbars_ring_pages``
@@ -26,9 +32,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 
 from fast.kernels import page_ring
-from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
+from fast.kernels.loads import GROUP_LAYOUT, entries, issue_id, issue_page, page_id
 from fast.kernels.page_maxima import folds_by_layout, page_max
-from fast.kernels.scorer_wgmma import dequant_fragment
+from fast.kernels.scorer_wgmma import dequant_fragment, score_block
 
 
 @gluon.jit
@@ -79,4 +85,64 @@ def piped_ring_pages(
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
     acc = warpgroup_mma_wait(0, deps=[acc])  # the last block
     run = page_max(acc, run, 1, maxima, PPP - 1, PARTS, folds_by_layout(ROWS, PARTS))
+    return run, late
+
+
+@gluon.jit
+def early_ids_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages`` with the id of the page that refills page i's slot loaded at page i's
+    start (the module's docstring); its scores are the kernel's."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        if i + RING < PPP:  # the refill's id, a page ahead of its use
+            page, live = page_id(bt_row, first, n, i + RING)
+        late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            codes = page_ring.read_codes(base, i, h, RING)
+            scales = page_ring.read_scales(base, i, h, RING)
+            run = score_block(
+                codes,
+                scales,
+                tab_ptr,
+                tab_stride,
+                q_op,
+                zeros,
+                run,
+                maxima,
+                i,
+                h,
+                a_layout,
+                ROWS,
+                PARTS,
+                TABLES,
+                E4M3_MMA,
+                GROUP_DECODE,
+                GROUP_DECODE_E4M3,
+            )
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_id(k_ptr, page, live, num_blocks, i + RING, RING, IN_CACHE)
     return run, late

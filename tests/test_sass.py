@@ -754,3 +754,41 @@ def test_n32_folds_its_page_maxima_by_one_conversion(decode, tmp_path):
     assert n32.count("STSM") == 2 * pages, n32.count("STSM")
     assert n32.count("LDSM") >= 2 * pages, n32.count("LDSM")
     assert n32.count("BAR.SYNC") == n16.count("BAR.SYNC"), (n32.count("BAR.SYNC"), n16.count("BAR.SYNC"))
+
+
+def _refill_segments(sass: str) -> list[list[str]]:
+    """The listing's lines from each page loop's barrier to the copy it lets through (the
+    ring's refills, after the first page's wait: the prologue's copies are not refills)."""
+    lines = sass.splitlines()
+    start = next(i for i, line in enumerate(lines) if "TRYWAIT" in line)
+    bars = [i for i, line in enumerate(lines) if "BAR.SYNC" in line and i > start]
+    segments = []
+    for bar, after in zip(bars, bars[1:] + [len(lines)], strict=True):
+        copy = next((i for i in range(bar, after) if "UBLKCP" in lines[i]), None)
+        if copy is not None:
+            segments.append(lines[bar:copy])
+    return segments
+
+
+@pytest.mark.parametrize("decode", ["exact", "e4m3"])
+def test_the_early_ids_ring_loop_takes_the_global_load_off_each_refill(decode, tmp_path):
+    """bench.ring_variants' early_ids (``--ring-scorer early_ids``) at N 32, as the decode
+    launches it on long rows on either route: the kernel's registers, programs an SM,
+    barriers, waits and copies; but where the kernel loads each refill's page id after the
+    page's barrier, a global load between the barrier and the copy it lets through, the
+    variant's refills have none there (the id was loaded a page before)."""
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode]
+    own, early = tmp_path / "own.sass", tmp_path / "early.sass"
+    kernel = _compile_only("-m", "bench.sass", *flags, "--dump", str(own))
+    done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "early_ids", "--dump", str(early))
+    assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
+    (usage, held), (own_usage, own_held) = done.stdout.splitlines()[:2], kernel.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held == own_held, (usage, held, own_held)
+    assert re.search(r"REG:\d+", usage).group() == re.search(r"REG:\d+", own_usage).group(), (usage, own_usage)
+    a, b = own.read_text(), early.read_text()
+    for op in ("BAR.SYNC", "UBLKCP", "TRYWAIT", "GMMA.64x"):
+        assert a.count(op) == b.count(op), op
+    own_refills, early_refills = _refill_segments(a), _refill_segments(b)
+    assert len(own_refills) == len(early_refills) >= 2, (len(own_refills), len(early_refills))
+    assert all(any("LDG" in line for line in s) for s in own_refills)
+    assert not any("LDG" in line for s in early_refills for line in s)
