@@ -19,7 +19,7 @@ from fast.msa.scorer import KEY_FORMATS
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from .bounds import WRONG_SCORES, arm_parser, held_timings, print_rows, resident_pages, sm90_device
-from .msa import block_bytes, random_keys
+from .msa import block_bytes, cold_sets, random_keys
 from .timing import FLUSH_BYTES, disjoint_tables, fold_tables, gathered_read_GBps
 from .variants import score_block_variant
 
@@ -61,7 +61,7 @@ def shape_rows(
     dtype = KEY_FORMATS[key_format]
     device = cache.device
     per_set = batch * blocks
-    sets = max(1, min(64, cache.shape[0] // per_set, -(-FLUSH_BYTES // (per_set * block_bytes(key_format)))))
+    sets = min(cold_sets(batch, blocks, key_format, FLUSH_BYTES), cache.shape[0] // per_set)
     tables = fold_tables(disjoint_tables(batch, blocks, sets, gen, device), fold)
     tile = torch.randn(batch, SLOTS, hs, HEAD_DIM, generator=gen).to(dtype).to(device)
     lens = torch.full((batch,), blocks * PAGE, dtype=torch.int32, device=device)

@@ -185,9 +185,9 @@ def variant_launch(
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
     or 32; fewer cost a fold a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
-    of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16
-    and 32) or the probe of the page maxima (``probes``' "nomax",
-    either route, N 32), the ring kept (its policy's or ``ring``). error: an error record
+    of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16 and 32;
+    "early_ids" on either route, every N the ring runs) or the probe of the page maxima
+    (``probes``' "nomax", either route, N 32), the ring kept (its policy's or ``ring``). error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
     timeout to. None where there is nothing to score.
     """
