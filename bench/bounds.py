@@ -44,7 +44,10 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # for its MMAs to overlap), against "e4m3". "nomax" / "e4m3-nomax" (N 32; E4M3 at its cap of
 # 80): ``probes.no_maxima_ring_pages``, the ring loop without its page maxima — a probe,
 # against "policy" / "e4m3". "early" / "e4m3-early": ``ring_variants.early_ids_ring_pages``
-# (each refill's page id loaded a page ahead), against "policy" / "e4m3".
+# (each refill's page id loaded a page ahead), against "policy" / "e4m3". "ahead" /
+# "e4m3-ahead" (N 32, N 16): ``ring_variants.ahead_ring_pages`` (the next block's inputs
+# read while each block multiplies; E4M3 N 32 at 5 programs, not 6: under a cap of 80
+# ptxas waits after every MMA), against "policy" / "e4m3".
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -67,6 +70,8 @@ ARMS = {
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
         ("early", {"ring_scorer": "early_ids"}),
         ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
+        ("ahead", {"ring_scorer": "ahead"}),
+        ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
     ),
     "N16": (
         ("policy", {}),
@@ -80,6 +85,8 @@ ARMS = {
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
         ("early", {"ring_scorer": "early_ids"}),
         ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
+        ("ahead", {"ring_scorer": "ahead"}),
+        ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
     ),
     "N8": (
         ("policy", {}),
@@ -118,11 +125,11 @@ def scores_result(variant: dict) -> str | None:
 
 
 def shape_rows(
-    pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen, fold: int = 0
+    pool: CachePool, batch: int, pages: int, shape: str, rounds: int, gen, fold: int = 0, names=None
 ) -> tuple[dict, dict]:
-    """``held_timings`` of ``shape``'s ARMS on one set of operands ``batch`` x ``pages``
-    (fold: > 0, the tables' ids folded onto that many pages), each arm's scores held to its
-    route's (``scores_result``)."""
+    """``held_timings`` of ``shape``'s ARMS (``names``: those, ``chosen_arms``) on one set
+    of operands ``batch`` x ``pages`` (fold: > 0, the tables' ids folded onto that many
+    pages), each arm's scores held to its route's (``scores_result``)."""
     _, hs, slot = next(s for s in SHAPES if s[0] == shape)
     o = scorer_operands(pool, batch, pages, hs, gen)
     tables = fold_tables(o["tables"], fold)
@@ -130,7 +137,8 @@ def shape_rows(
     def run(variant, i):
         score_variant(o["tile"], pool.cache, tables[i], o["lens"], o["out"], first_slot=slot, **variant)
 
-    return held_timings(ARMS[shape], run, o["out"], scores_result, rounds, len(tables))
+    arms = chosen_arms(ARMS[shape], names, scores_result)
+    return held_timings(arms, run, o["out"], scores_result, rounds, len(tables))
 
 
 def held_timings(arms, run, out: torch.Tensor, route_of, rounds: int, sets: int) -> tuple[dict, dict]:
@@ -165,6 +173,21 @@ def held_timings(arms, run, out: torch.Tensor, route_of, rounds: int, sets: int)
     return timings, left_out
 
 
+def chosen_arms(arms, names, route_of) -> tuple:
+    """``arms`` cut to those in ``names`` (None: all of them) and each route's first arm,
+    which the others' scores are held to (``route_of``, as ``held_timings``)."""
+    if names is None:
+        return tuple(arms)
+    firsts, kept = set(), []
+    for name, variant in arms:
+        route = route_of(variant)
+        if name in names or (route and route not in firsts):
+            kept.append((name, variant))
+        if route:
+            firsts.add(route)
+    return tuple(kept)
+
+
 def print_rows(
     batch: int, pages: int, shape: str, timings: dict, g_GBps: float, left_out=None, file=None, unit_bytes=PAGE_BYTES
 ) -> None:
@@ -187,15 +210,18 @@ def resident_pages(l2_bytes: int, unit_bytes: int = PAGE_BYTES) -> int:
     return l2_bytes // 2 // unit_bytes
 
 
-def arm_parser(prog: str, doc: str, shapes) -> argparse.ArgumentParser:
+def arm_parser(prog: str, doc: str, shapes, arms) -> argparse.ArgumentParser:
     """The command line of ``prog`` (this module's or ``msa_bounds``'): --grids, --rounds,
-    --shapes (of ``shapes``' names), --resident; ``doc``'s first paragraph its description."""
+    --shapes (of ``shapes``' names), --arms (of ``arms``' names: a scarce call times those
+    alone, beside each route's first arm), --resident; ``doc``'s first paragraph its
+    description."""
     parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
     parser.add_argument(
         "--grids", type=grid, nargs="+", default=list(GRIDS), help="BATCHxPAGES (default 32x1024 8x1024)"
     )
     parser.add_argument("--rounds", type=int, default=2, choices=range(1, 9), metavar="1..8")
     parser.add_argument("--shapes", nargs="+", choices=[s[0] for s in shapes], default=[s[0] for s in shapes])
+    parser.add_argument("--arms", nargs="+", choices=sorted({name for name, _ in arms}), help="default: every arm")
     parser.add_argument(
         "--resident", action="store_true", help="every grid's ids folded onto half the L2: each arm's own work's floor"
     )
@@ -212,7 +238,7 @@ def sm90_device(parser: argparse.ArgumentParser, what: str) -> torch.device:
 def main(argv=None) -> int:
     """The command line: each grid's ``g``, then each shape's arms (``print_rows``); exit
     status 1 where an arm's scores were not the route's (WRONG_SCORES)."""
-    parser = arm_parser("python -m bench.bounds", __doc__, SHAPES)
+    parser = arm_parser("python -m bench.bounds", __doc__, SHAPES, [arm for arms in ARMS.values() for arm in arms])
     args = parser.parse_args(argv)
     device = sm90_device(parser, "the wgmma scorer and its probes")
     fold = resident_pages(torch.cuda.get_device_properties(device).L2_cache_size) if args.resident else 0
@@ -225,7 +251,7 @@ def main(argv=None) -> int:
         g = gathered_read_GBps(device, batch, pages, PAGE_BYTES, fold=fold)
         print(f"{batch} x {pages * PAGE // 1024}K tokens ({batch} x {pages} pages): g {g:.0f} GB/s", flush=True)
         for shape in args.shapes:
-            timings, left_out = shape_rows(pool, batch, pages, shape, args.rounds, gen, fold)
+            timings, left_out = shape_rows(pool, batch, pages, shape, args.rounds, gen, fold, args.arms)
             print_rows(batch, pages, shape, timings, g, left_out)
             wrong += [f"{shape} {name} at {batch}x{pages}" for name, why in left_out.items() if why == WRONG_SCORES]
     if wrong:

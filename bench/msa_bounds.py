@@ -18,7 +18,7 @@ import torch
 from fast.msa.scorer import KEY_FORMATS
 from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
-from .bounds import WRONG_SCORES, arm_parser, held_timings, print_rows, resident_pages, sm90_device
+from .bounds import WRONG_SCORES, arm_parser, chosen_arms, held_timings, print_rows, resident_pages, sm90_device
 from .msa import block_bytes, cold_sets, random_keys
 from .timing import FLUSH_BYTES, disjoint_tables, fold_tables, gathered_read_GBps
 from .variants import score_block_variant
@@ -51,9 +51,18 @@ def scores_route(variant: dict) -> str | None:
 
 
 def shape_rows(
-    cache: torch.Tensor, key_format: str, batch: int, blocks: int, shape: str, rounds: int, gen, fold: int = 0
+    cache: torch.Tensor,
+    key_format: str,
+    batch: int,
+    blocks: int,
+    shape: str,
+    rounds: int,
+    gen,
+    fold: int = 0,
+    names=None,
 ) -> tuple[dict, dict]:
-    """``bounds.held_timings`` of the format's arms on one set of operands ``batch`` x
+    """``bounds.held_timings`` of the format's arms (``names``: those,
+    ``bounds.chosen_arms``) on one set of operands ``batch`` x
     ``blocks`` over ``cache`` (fold: > 0, the tables' ids folded onto that many blocks),
     each arm's scores held to its route's (``scores_route``); an arm the launch refuses (a
     bulk ring's probe on a cp.async ring, say) is left out with why."""
@@ -71,13 +80,14 @@ def shape_rows(
     def run(variant, i):
         score_block_variant(tile, cache, tables[i], lens, out, **common, **variant)
 
-    return held_timings(format_arms(key_format), run, out, scores_route, rounds, len(tables))
+    arms = chosen_arms(format_arms(key_format), names, scores_route)
+    return held_timings(arms, run, out, scores_route, rounds, len(tables))
 
 
 def main(argv=None) -> int:
     """The command line: per format and grid, ``g``, then each shape's arms
     (``bounds.print_rows``); exit status 1 where an arm's scores were not its route's."""
-    parser = arm_parser("python -m bench.msa_bounds", __doc__, SHAPES)
+    parser = arm_parser("python -m bench.msa_bounds", __doc__, SHAPES, ARMS)
     parser.add_argument("--formats", nargs="+", choices=tuple(KEY_FORMATS), default=["fp8", "bf16"])
     args = parser.parse_args(argv)
     device = sm90_device(parser, "the MSA mma kernel and its probe")
@@ -96,7 +106,9 @@ def main(argv=None) -> int:
             g = gathered_read_GBps(device, batch, blocks, size, fold=fold)
             print(f"{batch} x {blocks * PAGE // 1024}K tokens ({batch} x {blocks} blocks): g {g:.0f} GB/s", flush=True)
             for shape in args.shapes:
-                timings, left_out = shape_rows(cache, key_format, batch, blocks, shape, args.rounds, gen, fold)
+                timings, left_out = shape_rows(
+                    cache, key_format, batch, blocks, shape, args.rounds, gen, fold, args.arms
+                )
                 print_rows(batch, blocks, shape, timings, g, left_out, unit_bytes=size)
                 wrong += [
                     f"{key_format} {shape} {n} at {batch}x{blocks}" for n, w in left_out.items() if w == WRONG_SCORES

@@ -16,6 +16,12 @@ barrier — so the id's global load is not on the refill's path: the kernel's ow
 it right after the barrier and issues the copy once it lands (``python -m bench.sass
 --ring-scorer early_ids``).
 
+``ahead_ring_pages`` (either route, wgmma: N 16 and 32): each block's MMA issued
+asynchronously and the next block's code words, scale bytes and table entries read from the
+ring while it runs (page i + 1's wait moved before page i's second block), so the dependent
+chain scale byte -> entry is off the block's path; the decode still waits for the MMA (its
+A registers are the ones in flight).
+
 Removed once measured behind (bench/PERF-HISTORY.md):
 - a ring loop with no CTA barrier in its pages (slots freed by "read" mbarriers, the maxima
   stored by PTX): 0.03-0.08 in three H100 runs (fifty-eighth session; ``slotbars_ring_pages``
@@ -145,4 +151,66 @@ def early_ids_ring_pages(
         if i + RING < PPP:
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_id(k_ptr, page, live, num_blocks, i + RING, RING, IN_CACHE)
+    return run, late
+
+
+@gluon.jit
+def _block_inputs(
+    base, tab_ptr, tab_stride, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr, TABLES: gl.constexpr
+):
+    """(code words, table entries) of block HALF of the program's page NTH, from its slot."""
+    codes = page_ring.read_codes(base, NTH, HALF, RING)
+    return codes, entries(page_ring.read_scales(base, NTH, HALF, RING), tab_ptr, tab_stride, TABLES)
+
+
+@gluon.jit
+def ahead_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages`` with the next block's inputs read while each block multiplies (the
+    module's docstring); with a ring of 1 the next page's are read after its refill, as the
+    kernel reads them."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    fold: gl.constexpr = folds_by_layout(ROWS, PARTS)
+    late = late | page_ring.wait(first < n, 0, RING)
+    codes, tables = _block_inputs(base, tab_ptr, tab_stride, 0, 0, RING, TABLES)
+    for i in gl.static_range(PPP):
+        for h in gl.static_range(2):
+            if h == 1 and RING > 1 and i + 1 < PPP:  # page i + 1's slot is not page i's
+                late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
+            a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
+            acc = warpgroup_mma(a, q_op, zeros, use_acc=False, is_async=True)
+            if h == 0:
+                codes, tables = _block_inputs(base, tab_ptr, tab_stride, i, 1, RING, TABLES)
+            elif RING > 1 and i + 1 < PPP:
+                codes, tables = _block_inputs(base, tab_ptr, tab_stride, i + 1, 0, RING, TABLES)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            run = page_max(acc, run, h, maxima, i, PARTS, fold)
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+        if RING == 1 and i + 1 < PPP:
+            late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
+            codes, tables = _block_inputs(base, tab_ptr, tab_stride, i + 1, 0, RING, TABLES)
     return run, late

@@ -28,7 +28,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
 from .probes import every_id, moves_groups, moves_words, no_maxima_ring_pages, score_kernel_loads, signless_groups
-from .ring_variants import early_ids_ring_pages, piped_ring_pages
+from .ring_variants import ahead_ring_pages, early_ids_ring_pages, piped_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -45,13 +45,19 @@ PROBE_DECODES = {
 DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 # the wgmma kernel's ring loops the benchmark may put in place of its own (``ring_scorer``),
 # and those of them that probe (their scores are not the route's)
-RING_SCORERS = {"piped": piped_ring_pages, "nomax": no_maxima_ring_pages, "early_ids": early_ids_ring_pages}
+RING_SCORERS = {
+    "piped": piped_ring_pages,
+    "nomax": no_maxima_ring_pages,
+    "early_ids": early_ids_ring_pages,
+    "ahead": ahead_ring_pages,
+}
 RING_PROBES = ("nomax",)
 # the programs each takes: (N, partial maxima, most pages a program, MMA routes)
 RING_SCORER_SHAPES = {
     "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
     "nomax": ((32,), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "early_ids": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
+    "ahead": ((16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
 }
 
 

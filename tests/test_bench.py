@@ -889,6 +889,24 @@ def test_bounds_arms_are_launches_the_variants_take(shape):
         assert first == ({} if route == "exact" else {"decode": route}), (route, first)
 
 
+def test_bounds_arms_named_keep_each_routes_first_arm():
+    """``--arms``: the arms named, in ARMS' order, beside each route's first arm (the scores
+    theirs are held to) — a probe alone keeps the exact route's; no name, every arm."""
+    from bench import bounds, msa_bounds
+
+    arms = bounds.ARMS["N32"]
+    names = [n for n, _ in bounds.chosen_arms(arms, ["e4m3-ahead", "early"], bounds.scores_result)]
+    assert names == ["policy", "e4m3", "early", "e4m3-ahead"], names
+    names = [n for n, _ in bounds.chosen_arms(arms, ["nomax"], bounds.scores_result)]
+    assert names == ["policy", "e4m3", "nomax"], names
+    assert bounds.chosen_arms(arms, None, bounds.scores_result) == arms
+    fp8 = msa_bounds.format_arms("fp8")
+    names = [n for n, _ in bounds.chosen_arms(fp8, ["loads_only"], msa_bounds.scores_route)]
+    assert names == ["policy", "loads_only", "e4m3"], names
+    with pytest.raises(SystemExit):
+        bounds.arm_parser("p", "d", bounds.SHAPES, arms).parse_args(["--arms", "none-such"])
+
+
 @pytest.mark.parametrize("shape", ["N32", "N16", "N8"])
 def test_bounds_arms_fit_the_shapes_they_are_timed_at(shape):
     """bench.bounds: every arm's knobs fit the policy's launch (``scorer.wgmma_options`` on

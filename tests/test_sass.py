@@ -792,3 +792,41 @@ def test_the_early_ids_ring_loop_takes_the_global_load_off_each_refill(decode, t
     assert len(own_refills) == len(early_refills) >= 2, (len(own_refills), len(early_refills))
     assert all(any("LDG" in line for line in s) for s in own_refills)
     assert not any("LDG" in line for s in early_refills for line in s)
+
+
+def _mma_segments(sass: str) -> list[list[str]]:
+    """The listing's lines from each ``WARPGROUP.ARRIVE`` to the MMA wait after it: what a
+    warp issues while its block's MMAs are in flight."""
+    lines, segments, start = sass.splitlines(), [], None
+    for i, line in enumerate(lines):
+        if "WARPGROUP.ARRIVE" in line:
+            start = i
+        elif "WARPGROUP.DEPBAR" in line and start is not None:
+            segments.append(lines[start:i])
+            start = None
+    return segments
+
+
+@pytest.mark.parametrize("decode", ["exact", "e4m3"])
+def test_the_ahead_ring_loop_reads_the_next_block_under_each_mma(decode, tmp_path):
+    """bench.ring_variants' ahead (``--ring-scorer ahead``) at N 32, as bench.bounds
+    launches it on either route: unspilled, 5 programs an SM (the exact kernel's; one
+    fewer than the E4M3 kernel's 6), one MMA wait a block as the kernel (not one an MMA),
+    its barriers, waits and copies; and where the kernel issues no shared load while a
+    block's MMAs run, the variant reads the next block's code words, scale bytes and table
+    entries there — under every block's MMAs but the program's last."""
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode]
+    own, ahead = tmp_path / "own.sass", tmp_path / "ahead.sass"
+    kernel = _compile_only("-m", "bench.sass", *flags, "--dump", str(own))
+    done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "ahead", "--dump", str(ahead))
+    assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
+    usage, held = done.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
+    a, b = own.read_text(), ahead.read_text()
+    for op in ("BAR.SYNC", "UBLKCP", "TRYWAIT", "GMMA.64x", "WARPGROUP.DEPBAR"):
+        assert a.count(op) == b.count(op), op
+    own_mmas, ahead_mmas = _mma_segments(a), _mma_segments(b)
+    assert len(own_mmas) == len(ahead_mmas) >= 8, (len(own_mmas), len(ahead_mmas))
+    assert not any("LDS" in line for s in own_mmas for line in s)
+    under = [sum("LDS.64" in line for line in s) for s in ahead_mmas]
+    assert under[:-1] == [4] * (len(under) - 1) and under[-1] == 0, under
