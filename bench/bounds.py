@@ -47,7 +47,10 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # (each refill's page id loaded a page ahead), against "policy" / "e4m3". "ahead" /
 # "e4m3-ahead" (N 32, N 16): ``ring_variants.ahead_ring_pages`` (the next block's inputs
 # read while each block multiplies; E4M3 N 32 at 5 programs, not 6: under a cap of 80
-# ptxas waits after every MMA), against "policy" / "e4m3".
+# ptxas waits after every MMA), against "policy" / "e4m3". "ring_loads" (every N; at N 32
+# a program an SM more than its route's kernel: no q tile): ``probes.ring_loads_ring_pages``,
+# the ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only"
+# (the register feed's).
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -72,6 +75,8 @@ ARMS = {
         ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
         ("ahead", {"ring_scorer": "ahead"}),
         ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
+        ("ring_loads", {"ring_scorer": "ring_loads"}),
+        ("e4m3-ring_loads", {"decode": "e4m3", "ring_scorer": "ring_loads"}),
     ),
     "N16": (
         ("policy", {}),
@@ -87,6 +92,7 @@ ARMS = {
         ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
         ("ahead", {"ring_scorer": "ahead"}),
         ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
+        ("ring_loads", {"ring_scorer": "ring_loads"}),
     ),
     "N8": (
         ("policy", {}),
@@ -96,6 +102,7 @@ ARMS = {
         ("ppp4", {"pages_per_program": 4}),
         ("uncapped", {"register_cap": None}),
         ("early", {"ring_scorer": "early_ids"}),
+        ("ring_loads", {"ring_scorer": "ring_loads"}),
     ),
 }
 GRIDS = ((32, 1024), (8, 1024))  # batch x pages: 32 x 128K and 8 x 128K

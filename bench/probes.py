@@ -22,6 +22,11 @@ never a decode, never in ``fast``.
   would put before one); that maximum stored once, as page 0's: what the maxima cost. At
   the E4M3 route's cap of 80 (its registers otherwise leave it a program short); at N 16 it
   spills at any cap, so it does not run there.
+- ``ring_loads_ring_pages`` (RING_PAGES, every N the ring runs, either route): the ring's
+  memory side alone — each page waited for, its code words, scale bytes and table entries
+  read as the kernel reads them and XORed into one word, its slot freed and refilled; no
+  decode, MMA or maxima: the ring's own floor, as ``score_kernel_loads`` is the register
+  feed's.
 """
 
 from __future__ import annotations
@@ -240,5 +245,58 @@ def no_maxima_ring_pages(
         if i + RING < PPP:
             gl.thread_barrier()  # every warp is done with page i's slot
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    maxima.index(0).store(partials_of(run, PARTS, folds_by_layout(ROWS, PARTS)))
+    return run, late
+
+
+# A move the compiler keeps in place: the words folded by then (not held to the end).
+_SETTLED = gl.constexpr("mov.b64 $0, $1;")
+
+
+@gluon.jit
+def _settled(x):
+    """``x`` (int64, any shape) as it is at this point of the program."""
+    return gl.inline_asm_elementwise(_SETTLED, "=l,l", [x], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.jit
+def ring_loads_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages``' waits, reads and refills alone (the module's probe of the ring; wrong
+    scores): every word read XORed into one, whose maximum goes into page 0's partial maxima."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    seen = gl.zeros([64, 8], gl.int64, GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
+            seen = seen ^ page_ring.read_codes(base, i, h, RING) ^ tables
+        seen = _settled(seen)
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    run = run + gl.max(gl.max(seen.to(gl.float32), axis=1), axis=0)  # every bit of every word read
     maxima.index(0).store(partials_of(run, PARTS, folds_by_layout(ROWS, PARTS)))
     return run, late

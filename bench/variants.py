@@ -27,7 +27,15 @@ from fast.scorer import max_ring, mma_rows, ring_pages, rows_for
 from indexer_constants import PAGE_BYTES, SLOTS
 
 from .msa_probes import msa_score_kernel_loads
-from .probes import every_id, moves_groups, moves_words, no_maxima_ring_pages, score_kernel_loads, signless_groups
+from .probes import (
+    every_id,
+    moves_groups,
+    moves_words,
+    no_maxima_ring_pages,
+    ring_loads_ring_pages,
+    score_kernel_loads,
+    signless_groups,
+)
 from .ring_variants import ahead_ring_pages, early_ids_ring_pages, piped_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
@@ -50,14 +58,16 @@ RING_SCORERS = {
     "nomax": no_maxima_ring_pages,
     "early_ids": early_ids_ring_pages,
     "ahead": ahead_ring_pages,
+    "ring_loads": ring_loads_ring_pages,
 }
-RING_PROBES = ("nomax",)
+RING_PROBES = ("nomax", "ring_loads")
 # the programs each takes: (N, partial maxima, most pages a program, MMA routes)
 RING_SCORER_SHAPES = {
     "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
     "nomax": ((32,), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "early_ids": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "ahead": ((16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
+    "ring_loads": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
 }
 
 

@@ -830,3 +830,26 @@ def test_the_ahead_ring_loop_reads_the_next_block_under_each_mma(decode, tmp_pat
     assert not any("LDS" in line for s in own_mmas for line in s)
     under = [sum("LDS.64" in line for line in s) for s in ahead_mmas]
     assert under[:-1] == [4] * (len(under) - 1) and under[-1] == 0, under
+
+
+def test_the_ring_loads_probe_keeps_the_rings_work_alone(tmp_path):
+    """bench.probes' ring_loads (``--ring-scorer ring_loads``) at N 32, as bench.bounds
+    launches it: unspilled, one program an SM more than the kernel's 5 (no q tile; its
+    registers would allow 7), the kernel's page waits, barriers, copies and scale-byte reads
+    (each page's words folded before the next page's: no register holds a page's words
+    past it), and no MMA, decode or page maxima."""
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl"]
+    own, probe = tmp_path / "own.sass", tmp_path / "probe.sass"
+    kernel = _compile_only("-m", "bench.sass", *flags, "--dump", str(own))
+    done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "ring_loads", "--dump", str(probe))
+    assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
+    usage, held = done.stdout.splitlines()[:2]
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 6 "), usage
+    assert kernel.stdout.splitlines()[1].startswith("programs an SM (sm_90): 5 ")
+    a, b = own.read_text(), probe.read_text()
+    for op in ("UBLKCP", "TRYWAIT", "LDS.U8"):
+        assert a.count(op) == b.count(op), op
+    assert len(_refill_segments(a)) == len(_refill_segments(b)) >= 2  # a barrier before each refill
+    for op in ("GMMA", "F2FP"):
+        assert op in a and op not in b, op
+    assert a.count("STSM") == 16 and b.count("STSM") == 2, (a.count("STSM"), b.count("STSM"))  # the maxima: once
