@@ -46,8 +46,8 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # against "policy" / "e4m3". "early" / "e4m3-early": ``ring_variants.early_ids_ring_pages``
 # (each refill's page id loaded a page ahead), against "policy" / "e4m3". "ahead" /
 # "e4m3-ahead" (N 32, N 16): ``ring_variants.ahead_ring_pages`` (the next block's inputs
-# read while each block multiplies; E4M3 N 32 at 5 programs, not 6: under a cap of 80
-# ptxas waits after every MMA), against "policy" / "e4m3". "ring_loads" (every N; at N 32
+# read while each block multiplies, at the kernel's programs an SM), against "policy" /
+# "e4m3". "ring_loads" (every N; at N 32
 # a program an SM more than its route's kernel: no q tile): ``probes.ring_loads_ring_pages``,
 # the ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only"
 # (the register feed's).

@@ -17,10 +17,10 @@ it right after the barrier and issues the copy once it lands (``python -m bench.
 --ring-scorer early_ids``).
 
 ``ahead_ring_pages`` (either route, wgmma: N 16 and 32): each block's MMA issued
-asynchronously and the next block's code words, scale bytes and table entries read from the
-ring while it runs (page i + 1's wait moved before page i's second block), so the dependent
-chain scale byte -> entry is off the block's path; the decode still waits for the MMA (its
-A registers are the ones in flight).
+asynchronously and the next block's scale bytes and table entries (and on the exact route
+its code words) read from the ring while it runs (page i + 1's wait moved before page i's
+second block), so the dependent chain scale byte -> entry is off the block's path; the
+decode still waits for the MMA (its A registers are the ones in flight).
 
 Removed once measured behind (bench/PERF-HISTORY.md):
 - a ring loop with no CTA barrier in its pages (slots freed by "read" mbarriers, the maxima
@@ -155,11 +155,21 @@ def early_ids_ring_pages(
 
 
 @gluon.jit
-def _block_inputs(
-    base, tab_ptr, tab_stride, NTH: gl.constexpr, HALF: gl.constexpr, RING: gl.constexpr, TABLES: gl.constexpr
+def _next_inputs(
+    base,
+    tab_ptr,
+    tab_stride,
+    codes,
+    NTH: gl.constexpr,
+    HALF: gl.constexpr,
+    RING: gl.constexpr,
+    TABLES: gl.constexpr,
+    CODES: gl.constexpr,
 ):
-    """(code words, table entries) of block HALF of the program's page NTH, from its slot."""
-    codes = page_ring.read_codes(base, NTH, HALF, RING)
+    """(code words, table entries) of block HALF of the program's page NTH, from its slot;
+    the code words ``codes`` as given unless CODES."""
+    if CODES:
+        codes = page_ring.read_codes(base, NTH, HALF, RING)
     return codes, entries(page_ring.read_scales(base, NTH, HALF, RING), tab_ptr, tab_stride, TABLES)
 
 
@@ -189,22 +199,27 @@ def ahead_ring_pages(
     IN_CACHE: gl.constexpr,
 ):
     """``ring_pages`` with the next block's inputs read while each block multiplies (the
-    module's docstring); with a ring of 1 the next page's are read after its refill, as the
-    kernel reads them."""
+    module's docstring): its table entries, and on the exact route its code words too (the
+    E4M3 route has no room for them at its 6 programs an SM; it reads them at the block, as
+    the kernel does); with a ring of 1 the next page's are read after its refill."""
     base = page_ring.ring_base(GROUP_LAYOUT)
     fold: gl.constexpr = folds_by_layout(ROWS, PARTS)
+    CODES: gl.constexpr = not E4M3_MMA
     late = late | page_ring.wait(first < n, 0, RING)
-    codes, tables = _block_inputs(base, tab_ptr, tab_stride, 0, 0, RING, TABLES)
+    codes = page_ring.read_codes(base, 0, 0, RING)
+    codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, 0, 0, RING, TABLES, False)
     for i in gl.static_range(PPP):
         for h in gl.static_range(2):
             if h == 1 and RING > 1 and i + 1 < PPP:  # page i + 1's slot is not page i's
                 late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
+            if not CODES and i + h > 0:
+                codes = page_ring.read_codes(base, i, h, RING)
             a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
             acc = warpgroup_mma(a, q_op, zeros, use_acc=False, is_async=True)
             if h == 0:
-                codes, tables = _block_inputs(base, tab_ptr, tab_stride, i, 1, RING, TABLES)
+                codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i, 1, RING, TABLES, CODES)
             elif RING > 1 and i + 1 < PPP:
-                codes, tables = _block_inputs(base, tab_ptr, tab_stride, i + 1, 0, RING, TABLES)
+                codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i + 1, 0, RING, TABLES, CODES)
             acc = warpgroup_mma_wait(0, deps=[acc])
             run = page_max(acc, run, h, maxima, i, PARTS, fold)
         if i + RING < PPP:
@@ -212,5 +227,5 @@ def ahead_ring_pages(
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
         if RING == 1 and i + 1 < PPP:
             late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
-            codes, tables = _block_inputs(base, tab_ptr, tab_stride, i + 1, 0, RING, TABLES)
+            codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i + 1, 0, RING, TABLES, CODES)
     return run, late

@@ -723,7 +723,7 @@ def test_the_maxima_probe_drops_the_page_maxima_alone(e4m3, tmp_path):
     usage, held = done.stdout.splitlines()[:2]
     assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
     own_held = kernel.stdout.splitlines()[1]
-    assert held.split(" (")[0] == own_held.split(" (")[0], (held, own_held)  # the same programs an SM
+    assert _programs(held) == _programs(own_held), (held, own_held)
     a, b = own.read_text(), probe.read_text()
     for op in ("GMMA.64x", "WARPGROUP.DEPBAR", "SYNCS.PHASECHK"):
         assert a.count(op) == b.count(op), op
@@ -754,6 +754,11 @@ def test_n32_folds_its_page_maxima_by_one_conversion(decode, tmp_path):
     assert n32.count("STSM") == 2 * pages, n32.count("STSM")
     assert n32.count("LDSM") >= 2 * pages, n32.count("LDSM")
     assert n32.count("BAR.SYNC") == n16.count("BAR.SYNC"), (n32.count("BAR.SYNC"), n16.count("BAR.SYNC"))
+
+
+def _programs(held: str) -> int:
+    """The programs an SM of ``bench.sass``' second line ("programs an SM (sm_90): 5 (...)")."""
+    return int(re.match(r"programs an SM \(sm_90\): (\d+) ", held).group(1))
 
 
 def _refill_segments(sass: str) -> list[list[str]]:
@@ -807,29 +812,31 @@ def _mma_segments(sass: str) -> list[list[str]]:
     return segments
 
 
-@pytest.mark.parametrize("decode", ["exact", "e4m3"])
-def test_the_ahead_ring_loop_reads_the_next_block_under_each_mma(decode, tmp_path):
+@pytest.mark.parametrize(("decode", "programs"), [("exact", 5), ("e4m3", 6)])
+def test_the_ahead_ring_loop_reads_the_next_block_under_each_mma(decode, programs, tmp_path):
     """bench.ring_variants' ahead (``--ring-scorer ahead``) at N 32, as bench.bounds
-    launches it on either route: unspilled, 5 programs an SM (the exact kernel's; one
-    fewer than the E4M3 kernel's 6), one MMA wait a block as the kernel (not one an MMA),
-    its barriers, waits and copies; and where the kernel issues no shared load while a
-    block's MMAs run, the variant reads the next block's code words, scale bytes and table
-    entries there — under every block's MMAs but the program's last."""
+    launches it on either route: unspilled, at the kernel's programs an SM (5 exact, 6
+    E4M3), one MMA wait a block as the kernel (not one an MMA), its barriers, waits and
+    copies; and where the kernel issues no shared load while a block's MMAs run, the variant
+    reads the next block's scale bytes and table entries there (and on the exact route its
+    code words) — under every block's MMAs but the program's last."""
     flags = ["--hs", "4", "--first-slot", "0", "--pdl", "--decode", decode]
     own, ahead = tmp_path / "own.sass", tmp_path / "ahead.sass"
     kernel = _compile_only("-m", "bench.sass", *flags, "--dump", str(own))
     done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "ahead", "--dump", str(ahead))
     assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
     usage, held = done.stdout.splitlines()[:2]
-    assert "STACK:0 " in usage and "LOCAL:0 " in usage and held.startswith("programs an SM (sm_90): 5 "), (usage, held)
+    assert "STACK:0 " in usage and "LOCAL:0 " in usage, usage
+    assert _programs(held) == _programs(kernel.stdout.splitlines()[1]) == programs, held
     a, b = own.read_text(), ahead.read_text()
     for op in ("BAR.SYNC", "UBLKCP", "TRYWAIT", "GMMA.64x", "WARPGROUP.DEPBAR"):
         assert a.count(op) == b.count(op), op
     own_mmas, ahead_mmas = _mma_segments(a), _mma_segments(b)
     assert len(own_mmas) == len(ahead_mmas) >= 8, (len(own_mmas), len(ahead_mmas))
     assert not any("LDS" in line for s in own_mmas for line in s)
-    under = [sum("LDS.64" in line for line in s) for s in ahead_mmas]
-    assert under[:-1] == [4] * (len(under) - 1) and under[-1] == 0, under
+    for op, each in (("LDS.U8", 4), ("LDS.64", 4), ("LDS.128", 2 if decode == "exact" else 0)):
+        under = [sum(op in line for line in s) for s in ahead_mmas]
+        assert under[:-1] == [each] * (len(under) - 1) and under[-1] == 0, (op, under)
 
 
 def test_the_ring_loads_probe_keeps_the_rings_work_alone(tmp_path):
