@@ -189,6 +189,33 @@ def test_the_rings_feed_fits_its_shared_memory():
     assert [ring_feed(torch.bfloat16, rows, 4)[1] for rows in (8, 16, 32, 64)] == [True, True, True, False]
 
 
+def test_the_maxima_fold_by_layout_only_where_it_costs_the_ring_and_programs_nothing():
+    """``mma_folds``: the page maxima are folded by layout (``page_maxima.folds_by_layout``,
+    from N 32) only where the conversion's scratch leaves the ring's depth and feed and the
+    programs an SM its shared memory holds as they are; the launch's constants carry it. At
+    the bench's N 32 (4 columns a program) that is E4M3 keys on the exact MMA, not BF16 (its
+    bulk ring would no longer fit) nor the E4M3 route (a program an SM fewer)."""
+    from fast.msa.scorer import mma_constants, mma_folds, ring_feed, shared_programs
+
+    for dtype in DTYPES.values():
+        for rows in (8, 16, 32, 64):
+            for ppp in range(1, 17):
+                for mma in ("exact", "e4m3") if dtype == torch.float8_e4m3fn else ("exact",):
+                    fold = mma_folds(dtype, rows, ppp, None, mma)
+                    assert mma_constants(dtype, rows, ppp, None, mma)["FOLD"] == fold
+                    if rows < 32:
+                        assert not fold, (dtype, rows, ppp, mma)
+                    feed = ring_feed(dtype, rows, ppp, None, mma)
+                    same = feed == ring_feed(dtype, rows, ppp, None, mma, fold=True) and (
+                        shared_programs(dtype, rows, ppp, *feed, mma, False)
+                        == shared_programs(dtype, rows, ppp, *feed, mma, True)
+                    )
+                    assert fold == (rows >= 32 and same), (dtype, rows, ppp, mma)
+    fp8 = torch.float8_e4m3fn
+    assert mma_folds(fp8, 32, 4) and not mma_folds(fp8, 32, 4, None, "e4m3") and not mma_folds(torch.bfloat16, 32, 4)
+    assert shared_programs(fp8, 32, 4, 3, True, "e4m3", True) < shared_programs(fp8, 32, 4, 3, True, "e4m3", False)
+
+
 # The GPU kernels (the default mma kernel, and the dot kernel the interpreter runs) over the
 # shapes a decode launches: N 8 (mma.sync), 16, 32 and 64 (wgmma), every slot or the last
 # few, unwritten slots (NaN rows), a CP rank's stride, and 1 to 8 columns a program.

@@ -541,7 +541,7 @@ def test_msa_mma_scorer_compiles_with_each_key_copied_once(key_format, hs, first
         assert mix["UTMALDG"] == boxes and mix["UBLKCP"] == 0 and mix["LDGSTS"] == 0, mix
         assert text.count("TRYWAIT") == 2 * ppp  # one poll a wait, the retry inside its loop
         _assert_landed_copies_take_no_branch(text)
-        assert dynamic == dynamic_bytes(rows, ppp), usage
+        assert dynamic == dynamic_bytes(rows, ppp, fold=launch["FOLD"]), usage
         _assert_dynamic_buffers_1k_aligned(static, usage)
         assert static == page_ring.BASE_STATIC + block_ring.ring_bytes(launch["STAGES"], dtype.itemsize), usage
         assert static + dynamic <= page_ring.SHARED_LIMIT, usage

@@ -52,8 +52,8 @@ def own_tokens_max(acc):
 
 @constexpr_function
 def folds_by_layout(rows, parts):
-    """Whether the NVFP4 scorer's ``partials_of`` gathers the lanes it folds into a thread
-    by one layout conversion rather than by shuffles (docs/KERNELS.md says why)."""
+    """Whether ``partials_of`` may gather its folded lanes into a thread by one layout
+    conversion, not shuffles (docs/KERNELS.md; the MSA kernel: ``msa.scorer.mma_folds``)."""
     return rows >= 32 and parts < 32
 
 

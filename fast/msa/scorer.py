@@ -20,7 +20,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 from .. import checks
 from ..backend import pdl_options, sm_count
 from ..checks import check_int, score_shapes
-from ..kernels import page_maxima
+from ..kernels import page_maxima, page_ring
 from ..kernels.page_maxima import partial_maxima
 from ..route import Route, device_route
 from ..scorer import ScorerLaunch, first_set, mma_rows, no_record, pages_per_program
@@ -84,30 +84,32 @@ def mma_partials(rows: int, ppp: int) -> int:
     return 8 if ppp >= 4 else partial_maxima(rows, ppp)
 
 
-def dynamic_bytes(rows: int, ppp: int, mma: str = "exact") -> int:
+def dynamic_bytes(rows: int, ppp: int, mma: str = "exact", fold: bool = False) -> int:
     """The mma kernel's dynamic shared memory at N = ``rows`` with ``ppp`` columns a
-    program on the ``mma`` route (``page_maxima.dynamic_bytes`` at its ``mma_partials``)."""
-    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp), mma, fold=False)
+    program on the ``mma`` route, its page maxima folded by layout or not (``fold``:
+    ``page_maxima.dynamic_bytes`` at its ``mma_partials``); a cp.async ring's slots aside."""
+    return page_maxima.dynamic_bytes(rows, ppp, mma_partials(rows, ppp), mma, fold)
 
 
-def max_stages(dtype: torch.dtype, rows: int, ppp: int, mma: str = "exact") -> int:
+def max_stages(dtype: torch.dtype, rows: int, ppp: int, mma: str = "exact", fold: bool = False) -> int:
     """The deepest ring the mma kernel may take at N = ``rows`` with ``ppp`` columns a
-    program on the ``mma`` route: within the static shared memory beside its dynamic
-    buffers (``block_ring.max_stages``), and no deeper than the program's 2 ppp half-blocks
-    need."""
-    return min(block_ring.max_stages(dynamic_bytes(rows, ppp, mma), dtype.itemsize), 2 * ppp + 1)
+    program on the ``mma`` route (``fold``: as ``dynamic_bytes``): within the static shared
+    memory beside its dynamic buffers (``block_ring.max_stages``), and no deeper than the
+    program's 2 ppp half-blocks need."""
+    return min(block_ring.max_stages(dynamic_bytes(rows, ppp, mma, fold), dtype.itemsize), 2 * ppp + 1)
 
 
 def ring_feed(
-    dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact"
+    dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact", fold: bool = False
 ) -> tuple[int, bool]:
     """The mma kernel's ring at N = ``rows`` with ``ppp`` columns per program: (depth,
     bulk), bulk where the depth fits ``max_stages``, else the cp.async ring. The depth:
     ``stages`` (2 .. 8) if given; else the bulk ring's policy (``RING_STAGES``, from N 32
     ``WIDE_RING_STAGES``) where it fits, else ``RING_STAGES`` for the cp.async ring —
     either no deeper than the program's 2 ppp half-blocks need (the kernel's prologue
-    issues STAGES - 1 of them). mma: the route, whose q tile the shared memory holds."""
-    room = max_stages(dtype, rows, ppp, mma)
+    issues STAGES - 1 of them). mma: the route, whose q tile the shared memory holds;
+    fold: as ``dynamic_bytes``."""
+    room = max_stages(dtype, rows, ppp, mma, fold)
     if stages is None:
         stages = (WIDE_RING_STAGES if rows >= 32 else RING_STAGES)[dtype]
         if min(stages, 2 * ppp + 1) > room:
@@ -116,14 +118,37 @@ def ring_feed(
     return stages, stages <= room
 
 
+def shared_programs(dtype: torch.dtype, rows: int, ppp: int, stages: int, bulk: bool, mma: str, fold: bool) -> int:
+    """The mma kernel's programs an SM by shared memory (228 KB an sm_90 SM, 1 KB of it
+    reserved a program) with a ring of ``stages`` (``bulk``: static, mbarriers included,
+    else slots in the dynamic buffer) beside ``dynamic_bytes``."""
+    ring = block_ring.ring_bytes(stages, dtype.itemsize) if bulk else stages * block_ring.slot_bytes(dtype.itemsize)
+    return 228 * 1024 // (page_ring.BASE_STATIC + ring + dynamic_bytes(rows, ppp, mma, fold) + 1024)
+
+
+def mma_folds(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact") -> bool:
+    """Whether the mma kernel folds its page maxima by layout (``page_maxima.folds_by_layout``)
+    at N = ``rows`` with ``ppp`` columns a program: where the conversion's scratch leaves
+    the ring (``ring_feed``, ``stages`` as asked) and the programs an SM its shared memory
+    holds as they are without it."""
+    if not page_maxima.folds_by_layout(rows, mma_partials(rows, ppp)):
+        return False
+    feed, folded = ring_feed(dtype, rows, ppp, stages, mma), ring_feed(dtype, rows, ppp, stages, mma, fold=True)
+    return feed == folded and (
+        shared_programs(dtype, rows, ppp, *feed, mma, False) == shared_programs(dtype, rows, ppp, *feed, mma, True)
+    )
+
+
 def mma_constants(dtype: torch.dtype, rows: int, ppp: int, stages: int | None = None, mma: str = "exact") -> dict:
     """The mma kernel's ring constants (``ring_feed``: STAGES, BULK; TENSOR: a bulk ring is
     filled by tensor copies, ``score_blocks`` turning them off where it has no map), its
-    MMA (E4M3_MMA: the ``mma`` "e4m3" route) and, where capped, its register cap
-    (``maxnreg``) at N = ``rows`` with ``ppp`` columns a program."""
-    stages, bulk = ring_feed(dtype, rows, ppp, stages, mma)
+    page maxima's fold (FOLD: ``mma_folds``), its MMA (E4M3_MMA: the ``mma`` "e4m3" route)
+    and, where capped, its register cap (``maxnreg``) at N = ``rows`` with ``ppp`` columns
+    a program."""
+    fold = mma_folds(dtype, rows, ppp, stages, mma)
+    stages, bulk = ring_feed(dtype, rows, ppp, stages, mma, fold)
     capped = bulk and dtype == torch.float8_e4m3fn and rows <= 16
-    ring = {"STAGES": stages, "BULK": bulk, "TENSOR": bulk, "E4M3_MMA": mma == "e4m3"}
+    ring = {"STAGES": stages, "BULK": bulk, "TENSOR": bulk, "FOLD": fold, "E4M3_MMA": mma == "e4m3"}
     return ring | ({"maxnreg": BULK_FP8_MAX_REGISTERS} if capped else {})
 
 

@@ -78,6 +78,7 @@ def msa_score_kernel_mma(
     STAGES: gl.constexpr,  # half-blocks in the ring (2 .. 2 PPP + 1): STAGES - 1 in flight
     BULK: gl.constexpr,  # the ring static, filled by bulk copies (block_ring.py); else dynamic, by cp.async
     TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
+    FOLD: gl.constexpr,  # the page maxima folded by layout (fast.msa.scorer.mma_folds), else by shuffles
     E4M3_MMA: gl.constexpr = False,  # IS_FP8: the E4M3-MMA route (DESIGN §4.1), wgmma k32 at every N
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
@@ -158,7 +159,7 @@ def msa_score_kernel_mma(
                 pos = query_position(length, (SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(0, mma))) // HS)
                 visible = (g * _PAGE + 64 * (k % 2) + t_idx)[:, None] <= pos[None, :]
                 acc = gl.where(visible, acc, float("-inf"))
-            run = page_max(acc, run, k % 2, maxima, k // 2, PARTS, False)  # by shuffles: folds_by_layout
+            run = page_max(acc, run, k % 2, maxima, k // 2, PARTS, FOLD)
 
         if BULK:
             page_ring.report(late, err_ptr)
