@@ -21,17 +21,21 @@ from fast.msa.kernels.rules import read_blocks
 
 
 @gluon.jit
-def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
+def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr, FOLD: gl.constexpr):
     """Take the dynamic shared memory the scorer's q tile and maxima take
     (``fast.msa.scorer.dynamic_bytes``: at N 8 the larger of the two, which the compiler lets
-    share), so that the probe shares an SM with as many programs as the scorer's shared
-    memory allows. Returns 0, read back from every buffer: unread, the compiler drops them."""
+    share), and with FOLD the maxima's fold scratch (``page_maxima.fold_bytes``), so that the
+    probe shares an SM with as many programs as the scorer's shared memory allows. Returns
+    0, read back from every buffer: unread, the compiler drops them."""
     smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     regs: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [4, 1], [1, 0])
     TILE: gl.constexpr = ROWS * 64
     MAXIMA: gl.constexpr = PAD * PARTS * ROWS
     tile: gl.constexpr = [ROWS, 64]  # int32 words of q's 16-bit [ROWS, 128] tile
     maxima: gl.constexpr = [PAD * PARTS, ROWS]
+    if FOLD:  # live beside the others, as in the scorer (read back last)
+        scratch: gl.constexpr = [32, ROWS]  # fp32 [4, 8, ROWS] as int32 words
+        c = gl.allocate_shared_memory(gl.int32, scratch, smem, gl.zeros(scratch, gl.int32, regs))
     if ROWS != 8:  # both live at once, as in the scorer (wgmma reads q's tile at every block)
         a = gl.allocate_shared_memory(gl.int32, tile, smem, gl.zeros(tile, gl.int32, regs))
         b = gl.allocate_shared_memory(gl.int32, maxima, smem, gl.zeros(maxima, gl.int32, regs))
@@ -40,6 +44,8 @@ def _hold_dynamic(PAD: gl.constexpr, PARTS: gl.constexpr, ROWS: gl.constexpr):
         larger: gl.constexpr = tile if TILE >= MAXIMA else maxima
         a = gl.allocate_shared_memory(gl.int32, larger, smem, gl.zeros(larger, gl.int32, regs))
         held = gl.max(gl.max(a.load(regs), axis=1), axis=0)
+    if FOLD:
+        held = held + gl.max(gl.max(c.load(regs), axis=1), axis=0)
     return held
 
 
@@ -117,6 +123,7 @@ def msa_score_kernel_loads(
     STAGES: gl.constexpr,
     BULK: gl.constexpr,
     TENSOR: gl.constexpr,
+    FOLD: gl.constexpr,
 ):
     """``msa_score_kernel_mma``'s operands, grid and bulk ring (BULK), its loads alone (the
     module's docstring)."""
@@ -137,7 +144,7 @@ def msa_score_kernel_loads(
         late = gl.zeros_like(page_ring.thread_ids())  # a thread's 1: a wait gave up
         for n in gl.static_range(STAGES - 1):
             issue_half(k_ptr, desc_ptr, blocks, n, STAGES, BYTES, TENSOR)
-        held = _hold_dynamic(PAD, PARTS, ROWS)
+        held = _hold_dynamic(PAD, PARTS, ROWS, FOLD)
         fold = gl.zeros([64, 8 * BYTES], gl.int32, layout=runs_layout(BYTES))
         for k in gl.static_range(2 * PPP):  # the scorer's order of copies, waits and reads
             refill(k_ptr, desc_ptr, blocks, k, STAGES, BYTES, TENSOR, 2 * PPP, True)
