@@ -43,14 +43,10 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # ``ring_variants.piped_ring_pages`` on the E4M3 route (at N 16 under the cap of 96 it needs
 # for its MMAs to overlap), against "e4m3". "nomax" / "e4m3-nomax" (N 32; E4M3 at its cap of
 # 80): ``probes.no_maxima_ring_pages``, the ring loop without its page maxima — a probe,
-# against "policy" / "e4m3". "early" / "e4m3-early": ``ring_variants.early_ids_ring_pages``
-# (each refill's page id loaded a page ahead), against "policy" / "e4m3". "ahead" /
-# "e4m3-ahead" (N 32, N 16): ``ring_variants.ahead_ring_pages`` (the next block's inputs
-# read while each block multiplies, at the kernel's programs an SM), against "policy" /
-# "e4m3". "ring_loads" (every N; at N 32
-# a program an SM more than its route's kernel: no q tile): ``probes.ring_loads_ring_pages``,
-# the ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only"
-# (the register feed's).
+# against "policy" / "e4m3". "ring_loads" / "e4m3-ring_loads" (every N; at N 32 a program
+# an SM more than its route's kernel: no q tile): ``probes.ring_loads_ring_pages``, the
+# ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only" (the
+# register feed's).
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -71,10 +67,6 @@ ARMS = {
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped"}),
         ("nomax", {"ring_scorer": "nomax"}),
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
-        ("early", {"ring_scorer": "early_ids"}),
-        ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
-        ("ahead", {"ring_scorer": "ahead"}),
-        ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
         ("e4m3-ring_loads", {"decode": "e4m3", "ring_scorer": "ring_loads"}),
     ),
@@ -88,10 +80,6 @@ ARMS = {
         ("ring3", {"ring": 3}),
         ("uncapped", {"register_cap": None}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
-        ("early", {"ring_scorer": "early_ids"}),
-        ("e4m3-early", {"decode": "e4m3", "ring_scorer": "early_ids"}),
-        ("ahead", {"ring_scorer": "ahead"}),
-        ("e4m3-ahead", {"decode": "e4m3", "ring_scorer": "ahead"}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
     ),
     "N8": (
@@ -101,7 +89,6 @@ ARMS = {
         ("loads_only", {"loads_only": True}),
         ("ppp4", {"pages_per_program": 4}),
         ("uncapped", {"register_cap": None}),
-        ("early", {"ring_scorer": "early_ids"}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
     ),
 }

@@ -10,25 +10,20 @@ under a cap of 96 (5, as the kernel: its shared memory binds; under the policy's
 waits after every MMA). On the exact route ptxas waits after every HGMMA at N 16 and needs
 132 registers at N 32, so the loop does not run there.
 
-``early_ids_ring_pages`` (either route, every N the ring runs): ``ring_pages`` with each
-refill's page id loaded one page early — at page i's start, before its wait, not after its
-barrier — so the id's global load is not on the refill's path: the kernel's own loop loads
-it right after the barrier and issues the copy once it lands (``python -m bench.sass
---ring-scorer early_ids``).
-
-``ahead_ring_pages`` (either route, wgmma: N 16 and 32): each block's MMA issued
-asynchronously and the next block's scale bytes and table entries (and on the exact route
-its code words) read from the ring while it runs (page i + 1's wait moved before page i's
-second block), so the dependent chain scale byte -> entry is off the block's path; the
-decode still waits for the MMA (its A registers are the ones in flight).
-
 Removed once measured behind (bench/PERF-HISTORY.md):
 - a ring loop with no CTA barrier in its pages (slots freed by "read" mbarriers, the maxima
   stored by PTX): 0.03-0.08 in three H100 runs (fifty-eighth session; ``slotbars_ring_pages``
   at 90dd1a7);
 - each block as two streamed K halves on asynchronous wgmma (the exact route, N 16 and 32),
   uncapped and under a cap of 80: ahead by 1-3% resident, behind by 0.03-0.04 at 32 x 1M in
-  the A/B it owed (fifty-ninth session; ``halves_ring_pages`` at 6ae99b2).
+  the A/B it owed (fifty-ninth session; ``halves_ring_pages`` at 6ae99b2);
+- each refill's page id loaded a page early, off the copy's path after the barrier: level
+  resident and cold on either route at N 16 and 32 (sixtieth session; ``early_ids_ring_pages``
+  at 6ae7652);
+- each block's MMAs asynchronous with the next block's scale bytes, entries (and on the exact
+  route code words) read under them: level resident on the exact route, 1-4% behind on the
+  E4M3 route, 0.05-0.08 behind cold at 32 x 128K and 32 x 1M on the exact route (sixtieth
+  session; ``ahead_ring_pages`` at 6ae7652).
 """
 
 from __future__ import annotations
@@ -38,9 +33,9 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait
 
 from fast.kernels import page_ring
-from fast.kernels.loads import GROUP_LAYOUT, entries, issue_id, issue_page, page_id
+from fast.kernels.loads import GROUP_LAYOUT, entries, issue_page
 from fast.kernels.page_maxima import folds_by_layout, page_max
-from fast.kernels.scorer_wgmma import dequant_fragment, score_block
+from fast.kernels.scorer_wgmma import dequant_fragment
 
 
 @gluon.jit
@@ -91,141 +86,4 @@ def piped_ring_pages(
             issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
     acc = warpgroup_mma_wait(0, deps=[acc])  # the last block
     run = page_max(acc, run, 1, maxima, PPP - 1, PARTS, folds_by_layout(ROWS, PARTS))
-    return run, late
-
-
-@gluon.jit
-def early_ids_ring_pages(
-    k_ptr,
-    bt_row,
-    first,
-    n,
-    num_blocks,
-    tab_ptr,
-    tab_stride,
-    q_op,
-    zeros,
-    run,
-    maxima,
-    late,
-    a_layout: gl.constexpr,
-    ROWS: gl.constexpr,
-    PPP: gl.constexpr,
-    RING: gl.constexpr,
-    PARTS: gl.constexpr,
-    TABLES: gl.constexpr,
-    E4M3_MMA: gl.constexpr,
-    GROUP_DECODE: gl.constexpr,
-    GROUP_DECODE_E4M3: gl.constexpr,
-    IN_CACHE: gl.constexpr,
-):
-    """``ring_pages`` with the id of the page that refills page i's slot loaded at page i's
-    start (the module's docstring); its scores are the kernel's."""
-    base = page_ring.ring_base(GROUP_LAYOUT)
-    for i in gl.static_range(PPP):
-        if i + RING < PPP:  # the refill's id, a page ahead of its use
-            page, live = page_id(bt_row, first, n, i + RING)
-        late = late | page_ring.wait(first + i < n, i, RING)
-        for h in gl.static_range(2):
-            codes = page_ring.read_codes(base, i, h, RING)
-            scales = page_ring.read_scales(base, i, h, RING)
-            run = score_block(
-                codes,
-                scales,
-                tab_ptr,
-                tab_stride,
-                q_op,
-                zeros,
-                run,
-                maxima,
-                i,
-                h,
-                a_layout,
-                ROWS,
-                PARTS,
-                TABLES,
-                E4M3_MMA,
-                GROUP_DECODE,
-                GROUP_DECODE_E4M3,
-            )
-        if i + RING < PPP:
-            gl.thread_barrier()  # every warp is done with page i's slot
-            issue_id(k_ptr, page, live, num_blocks, i + RING, RING, IN_CACHE)
-    return run, late
-
-
-@gluon.jit
-def _next_inputs(
-    base,
-    tab_ptr,
-    tab_stride,
-    codes,
-    NTH: gl.constexpr,
-    HALF: gl.constexpr,
-    RING: gl.constexpr,
-    TABLES: gl.constexpr,
-    CODES: gl.constexpr,
-):
-    """(code words, table entries) of block HALF of the program's page NTH, from its slot;
-    the code words ``codes`` as given unless CODES."""
-    if CODES:
-        codes = page_ring.read_codes(base, NTH, HALF, RING)
-    return codes, entries(page_ring.read_scales(base, NTH, HALF, RING), tab_ptr, tab_stride, TABLES)
-
-
-@gluon.jit
-def ahead_ring_pages(
-    k_ptr,
-    bt_row,
-    first,
-    n,
-    num_blocks,
-    tab_ptr,
-    tab_stride,
-    q_op,
-    zeros,
-    run,
-    maxima,
-    late,
-    a_layout: gl.constexpr,
-    ROWS: gl.constexpr,
-    PPP: gl.constexpr,
-    RING: gl.constexpr,
-    PARTS: gl.constexpr,
-    TABLES: gl.constexpr,
-    E4M3_MMA: gl.constexpr,
-    GROUP_DECODE: gl.constexpr,
-    GROUP_DECODE_E4M3: gl.constexpr,
-    IN_CACHE: gl.constexpr,
-):
-    """``ring_pages`` with the next block's inputs read while each block multiplies (the
-    module's docstring): its table entries, and on the exact route its code words too (the
-    E4M3 route has no room for them at its 6 programs an SM; it reads them at the block, as
-    the kernel does); with a ring of 1 the next page's are read after its refill."""
-    base = page_ring.ring_base(GROUP_LAYOUT)
-    fold: gl.constexpr = folds_by_layout(ROWS, PARTS)
-    CODES: gl.constexpr = not E4M3_MMA
-    late = late | page_ring.wait(first < n, 0, RING)
-    codes = page_ring.read_codes(base, 0, 0, RING)
-    codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, 0, 0, RING, TABLES, False)
-    for i in gl.static_range(PPP):
-        for h in gl.static_range(2):
-            if h == 1 and RING > 1 and i + 1 < PPP:  # page i + 1's slot is not page i's
-                late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
-            if not CODES and i + h > 0:
-                codes = page_ring.read_codes(base, i, h, RING)
-            a = dequant_fragment(codes, tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3)
-            acc = warpgroup_mma(a, q_op, zeros, use_acc=False, is_async=True)
-            if h == 0:
-                codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i, 1, RING, TABLES, CODES)
-            elif RING > 1 and i + 1 < PPP:
-                codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i + 1, 0, RING, TABLES, CODES)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            run = page_max(acc, run, h, maxima, i, PARTS, fold)
-        if i + RING < PPP:
-            gl.thread_barrier()  # every warp is done with page i's slot
-            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
-        if RING == 1 and i + 1 < PPP:
-            late = late | page_ring.wait(first + i + 1 < n, i + 1, RING)
-            codes, tables = _next_inputs(base, tab_ptr, tab_stride, codes, i + 1, 0, RING, TABLES, CODES)
     return run, late

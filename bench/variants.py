@@ -36,7 +36,7 @@ from .probes import (
     score_kernel_loads,
     signless_groups,
 )
-from .ring_variants import ahead_ring_pages, early_ids_ring_pages, piped_ring_pages
+from .ring_variants import piped_ring_pages
 from .scorer_prmt import dequant_kernel_prmt, score_kernel_prmt
 
 # The prmt kernel's pages per program and tokens per MMA block.
@@ -56,8 +56,6 @@ DECODES = ("exact", "signless", "none", "e4m3", "e4m3-none")
 RING_SCORERS = {
     "piped": piped_ring_pages,
     "nomax": no_maxima_ring_pages,
-    "early_ids": early_ids_ring_pages,
-    "ahead": ahead_ring_pages,
     "ring_loads": ring_loads_ring_pages,
 }
 RING_PROBES = ("nomax", "ring_loads")
@@ -65,8 +63,6 @@ RING_PROBES = ("nomax", "ring_loads")
 RING_SCORER_SHAPES = {
     "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
     "nomax": ((32,), (4, 8, 16, 32), 16, ("exact", "e4m3")),
-    "early_ids": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
-    "ahead": ((16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "ring_loads": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
 }
 
@@ -201,9 +197,10 @@ def variant_launch(
     partials: the wgmma kernel's partial maxima a page and row in shared memory (4, 8, 16
     or 32; fewer cost a fold a page and free shared memory for programs), None its
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
-    of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16 and 32;
-    "early_ids" on either route, every N the ring runs) or the probe of the page maxima
-    (``probes``' "nomax", either route, N 32), the ring kept (its policy's or ``ring``). error: an error record
+    of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16 and 32)
+    or a probe (``probes``': "nomax", the page maxima's, either route, N 32; "ring_loads",
+    the ring's, either route, every N it runs), the ring kept (its policy's or ``ring``).
+    error: an error record
     (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
     timeout to. None where there is nothing to score.
     """
