@@ -46,7 +46,9 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # against "policy" / "e4m3". "ring_loads" / "e4m3-ring_loads" (every N; at N 32 a program
 # an SM more than its route's kernel: no q tile): ``probes.ring_loads_ring_pages``, the
 # ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only" (the
-# register feed's).
+# register feed's); "ring_loads3" the same with 3 pages in flight (4 a program at N 32,
+# against "ring_loads-ppp4"): if it reads faster, the ring's copies wait on their latency,
+# not on the L2's rate.
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -69,6 +71,8 @@ ARMS = {
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
         ("e4m3-ring_loads", {"decode": "e4m3", "ring_scorer": "ring_loads"}),
+        ("ring_loads-ppp4", {"ring_scorer": "ring_loads", "pages_per_program": 4}),
+        ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3, "pages_per_program": 4}),
     ),
     "N16": (
         ("policy", {}),
@@ -81,6 +85,7 @@ ARMS = {
         ("uncapped", {"register_cap": None}),
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
+        ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3}),
     ),
     "N8": (
         ("policy", {}),
