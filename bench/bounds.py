@@ -48,7 +48,7 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # ring's waits, reads and refills alone — a probe, the ring's floor beside "loads_only" (the
 # register feed's); "ring_loads3" the same with 3 pages in flight (4 a program at N 32,
 # against "ring_loads-ppp4"): if it reads faster, the ring's copies wait on their latency,
-# not on the L2's rate.
+# not on the L2's rate; "ring_copies" (N 32, N 16) the ring without its thread reads.
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -71,6 +71,7 @@ ARMS = {
         ("e4m3-nomax", {"decode": "e4m3", "ring_scorer": "nomax", "register_cap": 80}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
         ("e4m3-ring_loads", {"decode": "e4m3", "ring_scorer": "ring_loads"}),
+        ("ring_copies", {"ring_scorer": "ring_copies"}),
         ("ring_loads-ppp4", {"ring_scorer": "ring_loads", "pages_per_program": 4}),
         ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3, "pages_per_program": 4}),
     ),
@@ -86,6 +87,7 @@ ARMS = {
         ("e4m3-piped", {"decode": "e4m3", "ring_scorer": "piped", "register_cap": 96}),
         ("ring_loads", {"ring_scorer": "ring_loads"}),
         ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3}),
+        ("ring_copies", {"ring_scorer": "ring_copies"}),
     ),
     "N8": (
         ("policy", {}),

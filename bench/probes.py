@@ -26,7 +26,8 @@ never a decode, never in ``fast``.
   memory side alone — each page waited for, its code words, scale bytes and table entries
   read as the kernel reads them and XORed into one word, its slot freed and refilled; no
   decode, MMA or maxima: the ring's own floor, as ``score_kernel_loads`` is the register
-  feed's.
+  feed's. ``ring_copies_ring_pages``: the same without the reads — the copies, waits and
+  barriers alone.
 """
 
 from __future__ import annotations
@@ -260,6 +261,46 @@ def _settled(x):
 
 
 @gluon.jit
+def _ring_alone(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    run,
+    maxima,
+    late,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+    READS: gl.constexpr,
+):
+    """The ring's waits, barriers and refills, and with READS each page's words read as
+    ``ring_pages`` reads them and XORed into one, whose maximum goes into page 0's partial
+    maxima (read or not: the probe's one store). Returns (run, late)."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    seen = gl.zeros([64, 8], gl.int64, GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        late = late | page_ring.wait(first + i < n, i, RING)
+        if READS:
+            for h in gl.static_range(2):
+                tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
+                seen = seen ^ page_ring.read_codes(base, i, h, RING) ^ tables
+            seen = _settled(seen)
+        if i + RING < PPP:
+            gl.thread_barrier()  # every warp is done with page i's slot
+            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
+    run = run + gl.max(gl.max(seen.to(gl.float32), axis=1), axis=0)  # every bit of every word read
+    maxima.index(0).store(partials_of(run, PARTS, folds_by_layout(ROWS, PARTS)))
+    return run, late
+
+
+@gluon.jit
 def ring_loads_ring_pages(
     k_ptr,
     bt_row,
@@ -285,18 +326,71 @@ def ring_loads_ring_pages(
     IN_CACHE: gl.constexpr,
 ):
     """``ring_pages``' waits, reads and refills alone (the module's probe of the ring; wrong
-    scores): every word read XORed into one, whose maximum goes into page 0's partial maxima."""
-    base = page_ring.ring_base(GROUP_LAYOUT)
-    seen = gl.zeros([64, 8], gl.int64, GROUP_LAYOUT)
-    for i in gl.static_range(PPP):
-        late = late | page_ring.wait(first + i < n, i, RING)
-        for h in gl.static_range(2):
-            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
-            seen = seen ^ page_ring.read_codes(base, i, h, RING) ^ tables
-        seen = _settled(seen)
-        if i + RING < PPP:
-            gl.thread_barrier()  # every warp is done with page i's slot
-            issue_page(k_ptr, bt_row, first, n, num_blocks, i + RING, RING, IN_CACHE)
-    run = run + gl.max(gl.max(seen.to(gl.float32), axis=1), axis=0)  # every bit of every word read
-    maxima.index(0).store(partials_of(run, PARTS, folds_by_layout(ROWS, PARTS)))
-    return run, late
+    scores)."""
+    return _ring_alone(
+        k_ptr,
+        bt_row,
+        first,
+        n,
+        num_blocks,
+        tab_ptr,
+        tab_stride,
+        run,
+        maxima,
+        late,
+        ROWS,
+        PPP,
+        RING,
+        PARTS,
+        TABLES,
+        IN_CACHE,
+        True,
+    )
+
+
+@gluon.jit
+def ring_copies_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages``' waits and refills alone, no read of a page (the module's probe of the
+    ring's copies; wrong scores)."""
+    return _ring_alone(
+        k_ptr,
+        bt_row,
+        first,
+        n,
+        num_blocks,
+        tab_ptr,
+        tab_stride,
+        run,
+        maxima,
+        late,
+        ROWS,
+        PPP,
+        RING,
+        PARTS,
+        TABLES,
+        IN_CACHE,
+        False,
+    )

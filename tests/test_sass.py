@@ -777,8 +777,9 @@ def _refill_segments(sass: str) -> list[list[str]]:
 
 def test_the_ring_loads_probe_keeps_the_rings_work_alone(tmp_path):
     """bench.probes' ring_loads (``--ring-scorer ring_loads``) at N 32, as bench.bounds
-    launches it: unspilled, one program an SM more than the kernel's 5 (no q tile; its
-    registers would allow 7), the kernel's page waits, barriers, copies and scale-byte reads
+    launches it (and ring_copies, the same without the reads): unspilled, one program an
+    SM more than the kernel's 5 (no q tile; its registers would allow 7), the kernel's page
+    waits, barriers, copies and scale-byte reads
     (each page's words folded before the next page's: no register holds a page's words
     past it), and no MMA, decode or page maxima."""
     flags = ["--hs", "4", "--first-slot", "0", "--pdl"]
@@ -796,3 +797,12 @@ def test_the_ring_loads_probe_keeps_the_rings_work_alone(tmp_path):
     for op in ("GMMA", "F2FP"):
         assert op in a and op not in b, op
     assert a.count("STSM") == 16 and b.count("STSM") == 2, (a.count("STSM"), b.count("STSM"))  # the maxima: once
+    copies = tmp_path / "copies.sass"  # its reads dropped: the copies, waits and barriers alone
+    done = _compile_only("-m", "bench.sass", *flags, "--ring-scorer", "ring_copies", "--dump", str(copies))
+    assert done.returncode == 0, done.stderr
+    assert _programs(done.stdout.splitlines()[1]) == 6, done.stdout
+    c = copies.read_text()
+    for op in ("UBLKCP", "TRYWAIT"):
+        assert a.count(op) == c.count(op), op
+    assert len(_refill_segments(c)) == len(_refill_segments(a))
+    assert "LDS.U8" not in c and "LDS.128" not in c and "GMMA" not in c
