@@ -65,6 +65,8 @@ for s in "$@"; do
     # the same with every id folded onto half the L2: each arm's own work's floor (an H100's SMs
     # and clock are an H200's, so on an H100 this is what the H200 can show at best)
     bounds-resident) stage bounds-resident 540 "python3 -m bench.bounds --resident" ;;
+    # what part of the NVFP4 page ring binds (bench/PERF.md, Leads): its probes alone, resident
+    ring-floors) stage ring-floors 240 "python3 -m bench.bounds --resident --shapes N32 N16 --arms ring_loads ring_loads-ppp4 ring_loads3 ring_copies loads_only" ;;
     # N 32 and N 16 at 1M (8 and 32 rows), where the rounds spread most: the A/B a knob owes there
     bounds-1m) stage bounds-1m 540 "python3 -m bench.bounds --grids 8x8192 32x8192 --shapes N32 N16" ;;
     # the MSA mma kernel's the same way (bench/msa_bounds.py), cold and with every id in L2
