@@ -123,21 +123,10 @@ def advance(c0, s0, c1, s1, cn, sn, DEPTH: gl.constexpr):
 
 @gluon.jit
 def issue_page(k_ptr, bt_row, first, n, num_blocks, NTH: gl.constexpr, RING: gl.constexpr, IN_CACHE: gl.constexpr):
-    """Start the program's page NTH on its way into the ring: ``issue_id`` of its ``page_id``."""
-    page, live = page_id(bt_row, first, n, NTH)
-    issue_id(k_ptr, page, live, num_blocks, NTH, RING, IN_CACHE)
-
-
-@gluon.jit
-def page_id(bt_row, first, n, NTH: gl.constexpr):
-    """(the int32 id of the program's page NTH, 0 past the row's n pages; whether within them)."""
+    """Start the program's page NTH on its way into the ring (``page_ring.issue``): the
+    cache's page 0 where IN_CACHE fails its id, nothing past the row's n pages."""
     j = first + NTH
     live = j < n
-    return gl.load(bt_row + j, mask=live, other=0), live
-
-
-@gluon.jit
-def issue_id(k_ptr, page, live, num_blocks, NTH: gl.constexpr, RING: gl.constexpr, IN_CACHE: gl.constexpr):
-    """``page_ring.issue`` of page NTH, id ``page`` where ``live`` (page 0 where IN_CACHE fails it)."""
+    page = gl.load(bt_row + j, mask=live, other=0)
     page = gl.where(IN_CACHE(page, num_blocks), page, 0)
     page_ring.issue(k_ptr + page.to(gl.int64) * _PAGE_BYTES, live, NTH, RING)
