@@ -203,10 +203,9 @@ def variant_launch(
     of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16 and 32)
     or a probe (``probes``': "nomax", the page maxima's, either route, N 32; "ring_loads",
     the ring's, and "ring_copies", its copies alone, either route, every N it runs), the
-    ring kept (its policy's or ``ring``).
-    error: an error record
-    (``fast.errors.new_record``) the wgmma and table kernels write a bad id or a ring
-    timeout to. None where there is nothing to score.
+    ring kept (its policy's or ``ring``). error: an error record (``fast.errors.new_record``)
+    the wgmma and table kernels write a bad id or a ring timeout to. None where there is
+    nothing to score.
     """
     device = q_tile.device
     kernel = kernel or ("wgmma" if device.type == "cuda" else "table")
