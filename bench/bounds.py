@@ -49,6 +49,10 @@ SHAPES = (("N32", 4, 0), ("N16", 4, 4), ("N8", 1, 0))
 # register feed's); "ring_loads3" the same with 3 pages in flight (4 a program at N 32,
 # against "ring_loads-ppp4"): if it reads faster, the ring's copies wait on their latency,
 # not on the L2's rate; "ring_copies" (N 32, N 16) the ring without its thread reads.
+# "held" / "e4m3-held" (N 32, N 16; "none-held" / "e4m3-none-held" with no decode):
+# ``probes.held_ring_pages``, the kernel's work on pages that never leave its ring — a
+# probe, its floor with no copy or wait, against "policy" / "e4m3" (at N 32 the
+# E4M3 one capped at 80: uncapped it takes 82 registers, a program short of the kernel).
 ARMS = {
     "N32": (
         ("policy", {}),
@@ -74,6 +78,10 @@ ARMS = {
         ("ring_copies", {"ring_scorer": "ring_copies"}),
         ("ring_loads-ppp4", {"ring_scorer": "ring_loads", "pages_per_program": 4}),
         ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3, "pages_per_program": 4}),
+        ("held", {"ring_scorer": "held"}),
+        ("e4m3-held", {"decode": "e4m3", "ring_scorer": "held", "register_cap": 80}),
+        ("none-held", {"decode": "none", "ring_scorer": "held"}),
+        ("e4m3-none-held", {"decode": "e4m3-none", "ring_scorer": "held"}),
     ),
     "N16": (
         ("policy", {}),
@@ -88,6 +96,8 @@ ARMS = {
         ("ring_loads", {"ring_scorer": "ring_loads"}),
         ("ring_loads3", {"ring_scorer": "ring_loads", "ring": 3}),
         ("ring_copies", {"ring_scorer": "ring_copies"}),
+        ("held", {"ring_scorer": "held"}),
+        ("e4m3-held", {"decode": "e4m3", "ring_scorer": "held"}),
     ),
     "N8": (
         ("policy", {}),

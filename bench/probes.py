@@ -28,6 +28,12 @@ never a decode, never in ``fast``.
   decode, MMA or maxima: the ring's own floor, as ``score_kernel_loads`` is the register
   feed's. ``ring_copies_ring_pages``: the same without the reads — the copies, waits and
   barriers alone.
+- ``held_ring_pages`` (RING_PAGES, wgmma at N 16 and 32, either route): the ring loop on
+  pages that stay in it — the first RING pages waited for once, every page after scored
+  from slot i % RING with no id load, copy or wait: the kernel's reads, decode, MMA and
+  maxima on shared memory alone, what it would take were its pages never late. Its CTA
+  barrier a page stays (Gluon puts one before each page's maxima fold, whose scratch the
+  kernel's refill barrier guards too).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from fast.kernels import page_ring
 from fast.kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from fast.kernels.dequant_prmt import LOOKUP_STEP, TABLE_FROM_ENTRY, WIDEN_STEP, group_asm
 from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nth_block
-from fast.kernels.page_maxima import folds_by_layout, own_tokens_max, partials_of
+from fast.kernels.page_maxima import folds_by_layout, own_tokens_max, page_max, partials_of
 from fast.kernels.rules import read_pages
 from fast.kernels.scorer_wgmma import dequant_fragment
 
@@ -394,3 +400,46 @@ def ring_copies_ring_pages(
         IN_CACHE,
         False,
     )
+
+
+@gluon.jit
+def held_ring_pages(
+    k_ptr,
+    bt_row,
+    first,
+    n,
+    num_blocks,
+    tab_ptr,
+    tab_stride,
+    q_op,
+    zeros,
+    run,
+    maxima,
+    late,
+    a_layout: gl.constexpr,
+    ROWS: gl.constexpr,
+    PPP: gl.constexpr,
+    RING: gl.constexpr,
+    PARTS: gl.constexpr,
+    TABLES: gl.constexpr,
+    E4M3_MMA: gl.constexpr,
+    GROUP_DECODE: gl.constexpr,
+    GROUP_DECODE_E4M3: gl.constexpr,
+    IN_CACHE: gl.constexpr,
+):
+    """``ring_pages`` on the pages the kernel issued first, held (the module's probe of the
+    kernel's own work; wrong scores past page RING - 1): each waited for once, then page i
+    read from slot i % RING, decoded, multiplied and folded into its maxima as the kernel
+    does, with no refill or wait after them."""
+    base = page_ring.ring_base(GROUP_LAYOUT)
+    for i in gl.static_range(PPP):
+        if i < RING:
+            late = late | page_ring.wait(first + i < n, i, RING)
+        for h in gl.static_range(2):
+            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
+            a = dequant_fragment(
+                page_ring.read_codes(base, i, h, RING), tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3
+            )
+            acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
+            run = page_max(acc, run, h, maxima, i, PARTS, folds_by_layout(ROWS, PARTS))
+    return run, late

@@ -29,6 +29,7 @@ from indexer_constants import PAGE_BYTES, SLOTS
 from .msa_probes import msa_score_kernel_loads
 from .probes import (
     every_id,
+    held_ring_pages,
     moves_groups,
     moves_words,
     no_maxima_ring_pages,
@@ -59,14 +60,16 @@ RING_SCORERS = {
     "nomax": no_maxima_ring_pages,
     "ring_loads": ring_loads_ring_pages,
     "ring_copies": ring_copies_ring_pages,
+    "held": held_ring_pages,
 }
-RING_PROBES = ("nomax", "ring_loads", "ring_copies")
+RING_PROBES = ("nomax", "ring_loads", "ring_copies", "held")
 # the programs each takes: (N, partial maxima, most pages a program, MMA routes)
 RING_SCORER_SHAPES = {
     "piped": ((16, 32), (4, 8, 16, 32), 16, ("e4m3",)),
     "nomax": ((32,), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "ring_loads": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
     "ring_copies": ((8, 16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
+    "held": ((16, 32), (4, 8, 16, 32), 16, ("exact", "e4m3")),
 }
 
 
@@ -202,7 +205,8 @@ def variant_launch(
     policy (``partial_maxima``). ring_scorer: the wgmma kernel's ring loop replaced by one
     of ``ring_variants``' (RING_SCORERS: "piped" on the E4M3 route's wgmma, N 16 and 32)
     or a probe (``probes``': "nomax", the page maxima's, either route, N 32; "ring_loads",
-    the ring's, and "ring_copies", its copies alone, either route, every N it runs), the
+    the ring's, and "ring_copies", its copies alone, either route, every N it runs; "held",
+    the kernel's work on pages that stay in the ring, either route, N 16 and 32), the
     ring kept (its policy's or ``ring``). error: an error record (``fast.errors.new_record``)
     the wgmma and table kernels write a bad id or a ring timeout to. None where there is
     nothing to score.

@@ -806,3 +806,24 @@ def test_the_ring_loads_probe_keeps_the_rings_work_alone(tmp_path):
         assert a.count(op) == c.count(op), op
     assert len(_refill_segments(c)) == len(_refill_segments(a))
     assert "LDS.U8" not in c and "LDS.128" not in c and "GMMA" not in c
+
+
+def test_the_held_probe_drops_the_copies_and_waits_alone(tmp_path):
+    """bench.probes' held_ring_pages (``--ring-scorer held``) at N 32 on both routes, as
+    bench.bounds launches it (the E4M3 one at its cap of 80): the kernel's programs an SM,
+    its reads, decode, MMAs, maxima and CTA barriers, and of its copies and waits only the
+    prologue's (the ring's first pages and the scale table)."""
+    flags = ["--hs", "4", "--first-slot", "0", "--pdl"]
+    for route, cap in (([], []), (["--decode", "e4m3"], ["--register-cap", "80"])):
+        own, held = tmp_path / "own.sass", tmp_path / "held.sass"
+        kernel = _compile_only("-m", "bench.sass", *flags, *route, "--dump", str(own))
+        done = _compile_only("-m", "bench.sass", *flags, *route, *cap, "--ring-scorer", "held", "--dump", str(held))
+        assert kernel.returncode == 0 and done.returncode == 0, kernel.stderr + done.stderr
+        assert "STACK:0 " in done.stdout and "LOCAL:0 " in done.stdout, done.stdout
+        assert _programs(done.stdout.splitlines()[1]) == _programs(kernel.stdout.splitlines()[1]), route
+        a, b = own.read_text(), held.read_text()
+        for op in ("LDS.U8", "LDS.128", "GMMA", "STSM", "LDSM", "BAR.SYNC"):
+            assert a.count(op) == b.count(op), (route, op)
+        pages = len(_refill_segments(a)) + 2  # the refills and the ring's first 2 pages
+        assert a.count("UBLKCP") == pages + 1 and b.count("UBLKCP") == 3, route  # + the scale table
+        assert a.count("TRYWAIT") == pages + 1 and b.count("TRYWAIT") == 3, route
