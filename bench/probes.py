@@ -47,9 +47,9 @@ from fast.kernels import page_ring
 from fast.kernels.column_order import load_q_rows, logical_columns, store_q_tile
 from fast.kernels.dequant_prmt import LOOKUP_STEP, TABLE_FROM_ENTRY, WIDEN_STEP, group_asm
 from fast.kernels.loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nth_block
-from fast.kernels.page_maxima import folds_by_layout, own_tokens_max, page_max, partials_of
+from fast.kernels.page_maxima import folds_by_layout, own_tokens_max, partials_of
 from fast.kernels.rules import read_pages
-from fast.kernels.scorer_wgmma import dequant_fragment
+from fast.kernels.scorer_wgmma import dequant_fragment, score_block
 
 # The sign step's place in the signless probe: the magnitudes as they are.
 _NO_SIGN_STEP = "mov.b32 e0, p0;\nmov.b32 e1, p1;\n"
@@ -429,17 +429,32 @@ def held_ring_pages(
 ):
     """``ring_pages`` on the pages the kernel issued first, held (the module's probe of the
     kernel's own work; wrong scores past page RING - 1): each waited for once, then page i
-    read from slot i % RING, decoded, multiplied and folded into its maxima as the kernel
-    does, with no refill or wait after them."""
+    read from slot i % RING and scored by the kernel's own ``score_block``, with no refill
+    or wait after them."""
     base = page_ring.ring_base(GROUP_LAYOUT)
     for i in gl.static_range(PPP):
         if i < RING:
             late = late | page_ring.wait(first + i < n, i, RING)
         for h in gl.static_range(2):
-            tables = entries(page_ring.read_scales(base, i, h, RING), tab_ptr, tab_stride, TABLES)
-            a = dequant_fragment(
-                page_ring.read_codes(base, i, h, RING), tables, a_layout, E4M3_MMA, GROUP_DECODE, GROUP_DECODE_E4M3
+            codes = page_ring.read_codes(base, i, h, RING)
+            scales = page_ring.read_scales(base, i, h, RING)
+            run = score_block(
+                codes,
+                scales,
+                tab_ptr,
+                tab_stride,
+                q_op,
+                zeros,
+                run,
+                maxima,
+                i,
+                h,
+                a_layout,
+                ROWS,
+                PARTS,
+                TABLES,
+                E4M3_MMA,
+                GROUP_DECODE,
+                GROUP_DECODE_E4M3,
             )
-            acc = warpgroup_mma(a, q_op, zeros, use_acc=False)
-            run = page_max(acc, run, h, maxima, i, PARTS, folds_by_layout(ROWS, PARTS))
     return run, late

@@ -85,7 +85,7 @@ def _scorer_line_parts() -> dict[int, str]:
         loading = False  # inside the statement that loads the block ahead (one or more lines)
         for i in lines:
             code = text[i - 1]
-            if name in ("_block", "_score_block"):
+            if name in ("_block", "score_block"):
                 loading = loading or "load_nth_block(" in code
                 parts[i] = "loads" if loading else "MMA" if "mma" in code else "loop"
                 loading = loading and not code.rstrip().endswith(")")

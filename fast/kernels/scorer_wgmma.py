@@ -163,12 +163,12 @@ def _block(
     IN_CACHE: gl.constexpr,
 ):
     """Block h (0 or 1) of the program's page i, fed from registers: the block DEPTH ahead
-    loaded, (c0, s0) scored (``_score_block``), the pipeline advanced. Returns (c0, s0, c1,
+    loaded, (c0, s0) scored (``score_block``), the pipeline advanced. Returns (c0, s0, c1,
     s1, run)."""
     cn, sn = load_nth_block(
         k_ptr, k64_ptr, bt_row, first, n, num_blocks, 2 * i + h + DEPTH, PPP * 2, ROWS != 8, IN_CACHE
     )
-    run = _score_block(
+    run = score_block(
         c0,
         s0,
         tab_ptr,
@@ -192,7 +192,7 @@ def _block(
 
 
 @gluon.jit
-def _score_block(
+def score_block(
     codes,
     scales,
     tab_ptr,
@@ -250,7 +250,7 @@ def ring_pages(
 ):
     """The program's PPP pages through the ring (the kernel's RING_PAGES; the ring's first
     RING pages already issued): each page waited for, its two blocks scored
-    (``_score_block``), its slot freed by one CTA barrier and refilled with the page RING
+    (``score_block``), its slot freed by one CTA barrier and refilled with the page RING
     on. ``late``: the waits' flags so far (``page_ring.wait``). Returns (run, late)."""
     base = page_ring.ring_base(GROUP_LAYOUT)
     for i in gl.static_range(PPP):
@@ -258,7 +258,7 @@ def ring_pages(
         for h in gl.static_range(2):
             codes = page_ring.read_codes(base, i, h, RING)
             scales = page_ring.read_scales(base, i, h, RING)
-            run = _score_block(
+            run = score_block(
                 codes,
                 scales,
                 tab_ptr,
