@@ -187,7 +187,7 @@ def score_kernel_loads(
             if PREFETCH:
                 gdc_wait()
         # the q tile, loaded and stored as the scorer does (its loads and its shared memory)
-        q8 = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS).to(gl.float8e4nv, bitcast=True)
+        q8 = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS, 0)[0].to(gl.float8e4nv, bitcast=True)
         store_q_tile(logical_columns(q8.to(gl.float16), 2), mma, ROWS == 8)
         fold = gl.zeros([64, 8], gl.int64, layout=GROUP_LAYOUT)
         if ROWS == 8:  # unrolled, as the scorer is there

@@ -142,6 +142,7 @@ def scorer_sass(
     register_cap: int | str = "auto",
     partials: int | None = None,
     ring_scorer: str | None = None,
+    sets: int = 0,
 ) -> tuple[str, str]:
     """(resource line — cuobjdump's, then ``DYNAMIC:`` bytes of dynamic shared memory — and
     SASS text) of scorer ``kernel`` ("wgmma", "prmt", or the MSA format's
@@ -157,12 +158,14 @@ def scorer_sass(
     False: the wgmma kernel without its block-id guard, register_cap: its registers a
     thread ("auto": the policy's), partials: its partial maxima a page and row (None: the
     policy's), ring_scorer: one of ``ring_variants``' ring loops in place of the kernel's
-    own (``variant_launch``')."""
+    own (``variant_launch``'); sets: the Gluon kernels' tile sets (SETS: 2 as the CP
+    decodes launch them, 0 as the stock decodes and ``score_pages``)."""
     if kernel != "wgmma" and (register_cap != "auto" or partials is not None or ring_scorer):
         raise ValueError(f"register_cap / partials: the wgmma kernel's, not {kernel!r}'s")
     mma = decode_mma(decode)  # the E4M3-MMA route (or its probe), as the launchers take it
     live = (8 - first_slot) * hs
     common = {"HS": hs, "SLOT0": first_slot, "PDL": pdl}
+    sets_kw = {"SETS": sets}  # the Gluon kernels' (their loads probes drop it: for_kernel)
     options: dict = {}
     if kernel.startswith("msa-"):
         rows = mma_rows(live)
@@ -171,13 +174,17 @@ def scorer_sass(
         names = "q_ptr q_sel_ptr q_set_stride k_ptr bt_ptr lens_ptr out_ptr err_ptr width num_pages stride offset"
         types = [raw, "*i64", "i64", raw, "*i32", "*i32", "*fp32", "*i32"] + ["i32"] * 8
         signature = dict(zip(f"{names} num_blocks stride_bt stride_ob stride_or desc_ptr".split(), types + ["i64"]))
-        constexprs = common | {
-            "ROWS": rows,
-            "PPP": ppp,
-            "PARTS": mma_partials(rows, ppp),
-            "IS_FP8": kernel == "msa-fp8",
-            "RECORD": True,
-        }
+        constexprs = (
+            common
+            | {
+                "ROWS": rows,
+                "PPP": ppp,
+                "PARTS": mma_partials(rows, ppp),
+                "IS_FP8": kernel == "msa-fp8",
+                "RECORD": True,
+            }
+            | sets_kw
+        )
         dtype = torch.float8_e4m3fn if kernel == "msa-fp8" else torch.bfloat16
         ring_constants = mma_constants(dtype, rows, ppp, ring, mma)  # as score_blocks launches it
         if "maxnreg" in ring_constants:
@@ -206,7 +213,7 @@ def scorer_sass(
         if "maxnreg" in tuned:
             options["maxnreg"] = tuned.pop("maxnreg")  # as score_pages launches it, or the variant's
         tuned.pop("num_warps")
-        constexprs = common | tuned | {"PREFETCH": pdl, "RELEASE": False, "RECORD": False}
+        constexprs = common | tuned | sets_kw | {"PREFETCH": pdl, "RELEASE": False, "RECORD": False}
         fn = score_kernel_wgmma
         if loads_only:  # the probe's kernel, fed from registers, the table through L1
             fn = score_kernel_loads
@@ -561,6 +568,12 @@ def main(argv=None) -> int:
         choices=tuple(RING_SCORERS),
         help="wgmma only: a ring loop of bench.ring_variants in its own's place",
     )
+    parser.add_argument(
+        "--sets",
+        type=_int_in(0, 8),
+        default=0,
+        help="wgmma / msa: the tile sets q_sel picks among (2: the CP decodes'; default 0: none, q_sel unread)",
+    )
     parser.add_argument("--dump", help="write the SASS here")
     parser.add_argument(
         "--parts",
@@ -607,6 +620,7 @@ def main(argv=None) -> int:
         register_cap="auto" if args.register_cap is None else args.register_cap,
         partials=args.partials,
         ring_scorer=args.ring_scorer,
+        sets=args.sets,
     )
     knobs = "" if args.decode == "exact" else f" decode={args.decode}"
     knobs += "" if args.register_cap is None else f" register_cap={args.register_cap}"

@@ -131,7 +131,7 @@ def score_kernel_prmt(
     pdl_wait(PDL)
     length, n = pages_scored(lens_ptr, b, W)
     if first < n:
-        r, own, q = query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, SLOT0, ROWS)
+        r, own, q = query_rows(q_ptr, 0, q_set_stride, b, length, HS, SLOT0, ROWS)
         qt = tl.trans(q)  # [128, ROWS]
         bt_row = bt_ptr + b.to(tl.int64) * stride_bt
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or

@@ -14,7 +14,7 @@ BACKEND = select_backend()
 
 from .build import build_cp_decode  # noqa: E402
 from .cp import IndexerDecodeCP  # noqa: E402
-from .errors import BadBlockIdError, BadLengthError, DecodeInputError, PeerTimeoutError  # noqa: E402
+from .errors import BadBlockIdError, BadLengthError, BadQuerySetError, DecodeInputError, PeerTimeoutError  # noqa: E402
 from .graphs import GraphedDecode  # noqa: E402
 from .msa.cp import MsaDecodeCP  # noqa: E402
 from .msa.scorer import score_blocks  # noqa: E402
@@ -27,7 +27,8 @@ __all__ = [
     "BACKEND",  # "cuda" or "cpu" (the Triton interpreter): where this process runs kernels
     "BadBlockIdError",  # raised by check(): a block id outside the cache (request, column, id)
     "BadLengthError",  # raised by check(): a negative length or one below query_len (request, length)
-    "DecodeInputError",  # the base of the two above (a ValueError)
+    "BadQuerySetError",  # fast.errors.raise_recorded on a scorer's record: q_sel[0] outside its q_sets
+    "DecodeInputError",  # the base of the three above (a ValueError)
     "GraphedDecode",  # decode layers replayed from one CUDA graph per padded batch size
     "IndexerDecodeCP",  # one rank's CP decode state: layers, plans, forward, check(), reset()
     "MsaDecodeCP",  # one rank's CP decode state for BF16 / FP8 keys under the MSA rules (DESIGN §10.4)

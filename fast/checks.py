@@ -72,15 +72,34 @@ def cache_aligned(name: str, x: torch.Tensor) -> None:
         raise ValueError(f"{name}: its first byte must be 16-byte aligned (data_ptr() % 16 = {x.data_ptr() % 16})")
 
 
-def query_sets(q_sel, q_set_stride, device: torch.device, unit: str) -> None:
-    """A scorer's choice of query tile set: ``q_sel`` None or int64 [n] on ``device``;
-    ``q_set_stride`` an int >= 0 and a multiple of 16 ``unit`` (the Gluon scorers read a
-    query row in 16-byte pieces from every tile set). TypeError / ValueError otherwise."""
+def query_sets(q_tile, q_sel, q_set_stride, q_sets, device: torch.device, unit: str) -> int:
+    """A scorer's choice of query tile set. ``q_set_stride``: an int >= 0, a multiple of 16
+    ``unit`` (the Gluon scorers read a query row in 16-byte pieces from every set). ``q_sel``
+    None (the tile itself; ``q_sets`` None too), or int64 [n] on ``device`` picking set
+    ``q_sel[0]`` of ``q_sets`` >= 1 sets, each ``q_set_stride`` elements of ``q_tile`` past
+    the last, all inside q_tile's storage (the kernels bound ``q_sel[0]`` by ``q_sets`` on
+    the device). Returns the kernels' SETS: 0 without q_sel, else q_sets. TypeError /
+    ValueError otherwise."""
     check_int("q_set_stride", q_set_stride, low=0)
     if q_set_stride % 16:
         raise ValueError(f"q_set_stride: must be a multiple of 16 {unit}, got {q_set_stride}")
-    if q_sel is not None:
-        device_tensor("q_sel", q_sel, torch.int64, 1, device)
+    if q_sel is None:
+        if q_sets is not None:
+            raise ValueError(f"q_sets: counts the tile sets q_sel picks among; without q_sel, None (got {q_sets!r})")
+        return 0
+    device_tensor("q_sel", q_sel, torch.int64, 1, device)
+    if q_sel.shape[0] < 1:
+        raise ValueError("q_sel: must hold the set's index (an empty tensor)")
+    if q_sets is None:
+        raise ValueError("q_sets: needed with q_sel (how many tile sets q_sel[0] picks among)")
+    check_int("q_sets", q_sets, low=1)
+    room = q_tile.untyped_storage().nbytes() // q_tile.element_size() - q_tile.storage_offset() - q_tile.numel()
+    if (q_sets - 1) * q_set_stride > room:
+        raise ValueError(
+            f"q_sets: {q_sets} tile sets {q_set_stride} {unit} apart reach past q_tile's storage"
+            f" ({room} {unit} past the first set)"
+        )
+    return q_sets
 
 
 def plan_inputs(block_table, seq_lens, max_reqs: int, device: torch.device) -> int:

@@ -292,6 +292,7 @@ class IndexerDecodeCP:
             plan.scores,
             q_sel=layer.current,
             q_set_stride=self._tile_words * 4,
+            q_sets=2,  # the sets by parity (DESIGN §6)
             pdl=self.pdl,
             kernel=self.route.nvfp4_scorer,  # the state's route, taken once at construction
             # the wgmma kernel's PDL options (the Hopper route's scorer)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from .kernels.device import ERR_MERGE_TIMEOUT, ERR_PAGE_COPY_TIMEOUT, ERR_Q_TIMEOUT
-from .kernels.guards import BAD_BLOCK, BAD_LENGTH, ERR_INPUT, ERR_PROTOCOL, ERR_WORDS
+from .kernels.guards import BAD_BLOCK, BAD_LENGTH, BAD_QUERY_SET, ERR_INPUT, ERR_PROTOCOL, ERR_WORDS
 
 _SPINS = {ERR_Q_TIMEOUT: "the q exchange", ERR_MERGE_TIMEOUT: "the merge"}
 
@@ -30,7 +30,8 @@ class PageCopyTimeoutError(RuntimeError):
 
 
 class DecodeInputError(ValueError):
-    """A step's device-side input was bad: the request's rows were written as sixteen -1.
+    """A step's device-side input was bad: a decode wrote the request's rows as sixteen -1
+    (a scorer called alone: its stored columns NaN).
 
     request: the request's index in the step's batch; column: the block-table column
     (-1 for a length); value: the id or length found there."""
@@ -54,6 +55,15 @@ class BadLengthError(DecodeInputError):
     argument = "seq_lens"
 
 
+class BadQuerySetError(DecodeInputError):
+    """A scorer's tile set index ``q_sel[0]`` lies outside ``[0, q_sets)`` (``score_pages``
+    or ``score_blocks`` called with q_sel): no query was read and every stored column is
+    NaN. request and column are -1 (the launch's, not a request's); value: the index,
+    saturated to int32."""
+
+    argument = "q_sel"
+
+
 def new_record(device: torch.device) -> torch.Tensor:
     """A clear error record: int32 ``[ERR_WORDS]`` zeros on ``device``."""
     return torch.zeros(ERR_WORDS, dtype=torch.int32, device=device)
@@ -62,8 +72,8 @@ def new_record(device: torch.device) -> torch.Tensor:
 def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | None = None) -> None:
     """Raise what the error record holds (int32 [ERR_WORDS]; a host sync), or return:
     PeerTimeoutError for a spin that gave up (PageCopyTimeoutError for the scorer's page
-    copy), else BadBlockIdError or BadLengthError for the first bad input seen. The record
-    is left as it is (``reset()`` clears it)."""
+    copy), else BadBlockIdError, BadLengthError or (a scorer's) BadQuerySetError for the
+    first bad input seen. The record is left as it is (``reset()`` clears it)."""
     words = record.tolist()
     spin = words[ERR_PROTOCOL]
     if spin == ERR_PAGE_COPY_TIMEOUT:
@@ -85,6 +95,14 @@ def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | No
         raise BadLengthError(
             f"seq_lens: request {request} has length {value}: negative or below query_len (0 is padding;"
             f" rank {rank}); the request's rows were written as -1",
+            request,
+            column,
+            value,
+        )
+    if code == BAD_QUERY_SET:
+        raise BadQuerySetError(
+            f"q_sel: tile set index {value} lies outside the scorer's q_sets sets (rank {rank}); no query"
+            " was read and every stored column is NaN",
             request,
             column,
             value,

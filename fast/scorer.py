@@ -200,6 +200,7 @@ def plan_scorer(
     *,
     q_sel: torch.Tensor | None = None,
     q_set_stride: int = 0,
+    q_sets: int | None = None,
     first_slot: int = 0,
     pdl: bool = False,
     prefetch: bool = False,
@@ -239,7 +240,7 @@ def plan_scorer(
             raise ValueError(f"{name}: needs pdl and the wgmma kernel (pdl={pdl}, kernel={kernel!r})")
     if isinstance(first_slot, bool) or not (isinstance(first_slot, int) and 0 <= first_slot < SLOTS):
         raise ValueError(f"first_slot: {first_slot!r} (0..{SLOTS - 1}: the first of the tile's slots to score)")
-    checks.query_sets(q_sel, q_set_stride, device, "bytes")
+    sets = checks.query_sets(q_tile, q_sel, q_set_stride, q_sets, device, "bytes")
     if error is not None:
         checks.error_record(error, device)
     if batch == 0 or width == 0:
@@ -254,7 +255,7 @@ def plan_scorer(
     head = (q_tile.view(torch.uint8), q_sel, q_set_stride)
     if kernel == "wgmma":
         options = wgmma_options(hs, first_slot, batch, width, sm_count(str(device)), mma)
-        options.update(RECORD=record, PREFETCH=prefetch, RELEASE=release, **pdl_options(pdl))
+        options.update(RECORD=record, SETS=sets, PREFETCH=prefetch, RELEASE=release, **pdl_options(pdl))
         # pages also as int64 (16-byte code loads), and the per-scale magnitude tables with
         # their entry's bytes (a run-time 8: score_kernel_wgmma's _GATHER_TABLE says why)
         tables = scale_tables(device)
@@ -264,7 +265,7 @@ def plan_scorer(
     # many pages per op there. On a GPU one page per program keeps the tile in registers.
     v = 1 if device.type == "cuda" else 16
     args = (*head, pages, *operands, dequant_lut(str(device)), *tail)
-    options = dict(HS=hs, SLOT0=first_slot, ROWS=rows_for(live), V=v, RECORD=record, **pdl_options(pdl))
+    options = dict(HS=hs, SLOT0=first_slot, ROWS=rows_for(live), V=v, RECORD=record, SETS=sets, **pdl_options(pdl))
     return ScorerLaunch(score_kernel_table, (batch, triton.cdiv(width, v)), args, options)
 
 
@@ -286,6 +287,7 @@ def score_pages(
     *,
     q_sel: torch.Tensor | None = None,
     q_set_stride: int = 0,
+    q_sets: int | None = None,
     first_slot: int = 0,
     pdl: bool = False,
     error: torch.Tensor | None = None,
@@ -302,10 +304,12 @@ def score_pages(
 
     first_slot: 0..7, score only the slots from it on (a step of query_len q fills slots
     8 - q .. 7) and leave the earlier slots' rows untouched; the MMA's N then follows
-    q x Hs. 0 is the reference's contract. q_sel / q_set_stride: read the tile at
-    ``q_tile + q_sel[0] * q_set_stride`` bytes (the CP path's two tile sets; q_sel int64
-    ``[1]``, the stride a multiple of 16); by default the tile itself. pdl: launch as a
-    programmatic dependent (GPUs), waiting for the producer before reading the tile.
+    q x Hs. 0 is the reference's contract. q_sel / q_set_stride / q_sets: read the tile at
+    ``q_tile + q_sel[0] * q_set_stride`` bytes, one of ``q_sets`` sets in q_tile's storage
+    (the CP path's two; q_sel int64 ``[1]`` on the device, the stride a multiple of 16); by
+    default the tile itself. An index outside ``[0, q_sets)`` reads no query: every stored
+    column gets NaN and ``error`` records it. pdl: launch as a programmatic dependent
+    (GPUs), waiting for the producer before reading the tile.
 
     Every id read is checked against ``[0, N)`` on the device: a page outside it is never
     loaded and its stored columns get NaN; with ``error`` (int32 [5], an error record as
@@ -323,6 +327,7 @@ def score_pages(
         out,
         q_sel=q_sel,
         q_set_stride=q_set_stride,
+        q_sets=q_sets,
         first_slot=first_slot,
         pdl=pdl,
         error=error,

@@ -417,6 +417,35 @@ FAST_SCORER = [
     Row("fast-score-q-set-stride-unaligned", _fast_scorer(q_set_stride=24), ValueError, "q_set_stride"),
     Row("fast-score-q-set-stride-negative", _fast_scorer(q_set_stride=-16), ValueError, "q_set_stride"),
     Row("fast-score-q-sel-int32", _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int32))), TypeError, "q_sel"),
+    Row(
+        "fast-score-q-sel-empty",
+        _fast_scorer(q_sel=on(torch.zeros(0, dtype=torch.int64)), q_sets=1),
+        ValueError,
+        "q_sel",
+    ),
+    Row(
+        "fast-score-q-sel-without-q-sets",
+        _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int64))),
+        ValueError,
+        "q_sets",
+    ),
+    Row("fast-score-q-sets-without-q-sel", _fast_scorer(q_sets=2), ValueError, "q_sets"),
+    Row(
+        "fast-score-q-sets-0", _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int64)), q_sets=0), ValueError, "q_sets"
+    ),
+    Row(
+        "fast-score-q-sets-bool",
+        _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int64)), q_sets=True),
+        TypeError,
+        "q_sets",
+    ),
+    # two sets one stride apart where q_tile's storage holds one: the second would be read past it
+    Row(
+        "fast-score-q-sets-past-storage",
+        _fast_scorer(q_sel=on(torch.zeros(1, dtype=torch.int64)), q_sets=2, q_set_stride=16),
+        ValueError,
+        "q_sets",
+    ),
     Row("fast-score-q-3d", _fast_scorer(q_tile=on(query_tile(CASE.index_q, 2, 2))[0]), ValueError, "q_tile"),
     Row("fast-score-k-int8", _fast_scorer(k_cache=on(CASE.k_cache).view(torch.int8)), TypeError, "k_cache"),
     Row("fast-score-k-shape", _fast_scorer(k_cache=on(CASE.k_cache)[:, :, :64].contiguous()), ValueError, "k_cache"),

@@ -12,6 +12,7 @@ from fast.cp import IndexerDecodeCP
 from fast.errors import (
     BadBlockIdError,
     BadLengthError,
+    BadQuerySetError,
     DecodeInputError,
     PageCopyTimeoutError,
     PeerTimeoutError,
@@ -19,6 +20,7 @@ from fast.errors import (
     raise_recorded,
 )
 from fast.kernels.device import ERR_MERGE_TIMEOUT, ERR_PAGE_COPY_TIMEOUT, ERR_Q_TIMEOUT
+from fast.kernels.guards import BAD_QUERY_SET
 from fast.scorer import run_scorer
 from fast.stock import StockDecode
 from fast.symm import SingleRankSymmetric
@@ -272,7 +274,7 @@ def _scorer_calls(fmt: str):
         kernels = ["table"] + (["wgmma"] if hopper else [])
 
         def fast_call(kernel):
-            return lambda *ops, error: run_scorer(*ops, kernel=kernel, error=error)
+            return lambda *ops, **kw: run_scorer(*ops, kernel=kernel, **kw)
 
         tile = query_tile(case.index_q, 4, Q)
     else:
@@ -285,7 +287,7 @@ def _scorer_calls(fmt: str):
         kernels = ["dot"] + (["mma"] if hopper else [])
 
         def fast_call(kernel):
-            return lambda *ops, error: run_block_scorer(*ops, num_pages=width, kernel=kernel, error=error)
+            return lambda *ops, **kw: run_block_scorer(*ops, num_pages=width, kernel=kernel, **kw)
 
         tile = msa.decode.query_tile(case.index_q, 4, Q)
     return case, tile, ref, [(k, fast_call(k)) for k in kernels]
@@ -375,3 +377,58 @@ def test_msa_decodes_record_a_bad_length(path, b, length):
         state.check()
     assert (info.value.request, info.value.column, info.value.value) == (b, -1, length)
     assert state.error.tolist() == [0, 2, b, -1, length]
+
+
+# The tile set index's bounds (q_sel[0] in [0, q_sets), two sets as the CP decodes keep
+# them) at their edges: in range, just outside, and the farthest int64s. (index, bad)
+EDGE_SETS = {0: False, 1: False, 2: True, -1: True, 2**63 - 1: True, -(2**63): True}
+
+
+@pytest.mark.parametrize("fmt", ["nvfp4", "fp8", "bf16"])
+@pytest.mark.parametrize("index", EDGE_SETS)
+def test_scorers_guard_the_tile_set_index_at_its_edges(fmt, index):
+    """score_pages / score_blocks with two tile sets, every kernel of the format: an index
+    in range scores its own set exactly as the reference scores that tile; one outside
+    reads no query, every stored column is NaN, nothing else is written, and the record is
+    exactly (BAD_QUERY_SET, -1, -1, the index saturated to int32), which raise_recorded
+    turns into BadQuerySetError."""
+    case, tile, ref, calls = _scorer_calls(fmt)
+    width = case.block_table.shape[1]
+    rows = tile.shape[1] * tile.shape[2]
+    other = tile.flip(2)  # the heads swapped: a set whose scores differ from tile's
+    sets = torch.stack([other, tile])
+    wants = []
+    for t in sets:
+        want = torch.full((4, rows, width), 3.0)
+        ref(t, case.k_cache, case.block_table, case.seq_lens, want)
+        wants.append(want)
+    assert not torch.equal(wants[0], wants[1])
+    stored = wants[1] != 3.0
+    for kernel, call in calls:
+        got = on(torch.full((4, rows, width), 3.0))
+        record = new_record(DEV)
+        q_sel = on(torch.tensor([index], dtype=torch.int64))
+        q = on(sets)[0]
+        call(
+            q,
+            on(case.k_cache),
+            on(case.block_table),
+            on(case.seq_lens),
+            got,
+            error=record,
+            q_sel=q_sel,
+            q_set_stride=tile.numel(),
+            q_sets=2,
+        )
+        got = got.cpu()
+        if EDGE_SETS[index]:
+            saturated = max(min(index, 2**31 - 1), -(2**31))
+            assert bool(torch.isnan(got[stored]).all()), (kernel, index)
+            assert bool((got[~stored] == 3.0).all()), (kernel, index)
+            assert record.tolist() == [0, BAD_QUERY_SET, -1, -1, saturated], (kernel, index, record)
+            with pytest.raises(BadQuerySetError) as info:
+                raise_recorded(record)
+            assert (info.value.argument, info.value.value) == ("q_sel", saturated)
+        else:
+            assert record.tolist() == [0] * 5, (kernel, index, record)
+            assert torch.equal(got.nan_to_num(7.0), wants[index].nan_to_num(7.0)), (kernel, index)

@@ -106,6 +106,7 @@ def test_first_slot_and_the_tile_set_leave_the_rest_alone():
         got,
         q_sel=q_sel,
         q_set_stride=tile.numel(),
+        q_sets=2,
         **kw,
     )
     got = got.cpu()
@@ -144,6 +145,12 @@ def test_a_bad_id_is_never_loaded_scores_nan_and_is_recorded():
         (lambda a: a.update(num_pages=0), "num_pages: must be >= 1"),
         (lambda a: a.update(first_slot=8), "first_slot: must be in 0..7"),
         (lambda a: a.update(q_set_stride=24), "q_set_stride: must be a multiple of 16 elements, got 24"),
+        (lambda a: a.update(q_sets=2), "q_sets: counts the tile sets q_sel picks among"),
+        (lambda a: a.update(q_sel=a["lens"].long()), r"q_sets: needed with q_sel"),
+        (
+            lambda a: a.update(q_sel=a["lens"].long(), q_sets=2, q_set_stride=16),
+            "q_sets: 2 tile sets 16 elements apart reach past q_tile's storage",
+        ),
         (lambda a: a.update(error=a["lens"]), "error: expected 5 words"),
         (lambda a: a.update(tensor_copies=1), "tensor_copies: expected a bool, got int"),
         (lambda a: a.update(loads_only=1), "loads_only: expected a bool, got int"),

@@ -827,3 +827,23 @@ def test_the_held_probe_drops_the_copies_and_waits_alone(tmp_path):
         pages = len(_refill_segments(a)) + 2  # the refills and the ring's first 2 pages
         assert a.count("UBLKCP") == pages + 1 and b.count("UBLKCP") == 3, route  # + the scale table
         assert a.count("TRYWAIT") == pages + 1 and b.count("TRYWAIT") == 3, route
+
+
+@pytest.mark.parametrize("kernel", ["wgmma", "msa-fp8"])
+def test_the_tile_set_index_is_read_only_where_there_are_sets(kernel, tmp_path):
+    """The Gluon scorers as the decodes launch them: the stock decode's (no tile sets)
+    issues no load of the 8-byte set index — a global round trip the prologue would wait
+    on for nothing — and the CP decode's (two sets) issues exactly one; where the kernel
+    records (the MSA kernel's listing does), the set's guard adds one record write."""
+    counts = []
+    for sets in (0, 2):
+        dump = tmp_path / f"sets{sets}.sass"
+        done = _compile_only(
+            "-m", "bench.sass", "--kernel", kernel, "--hs", "4", "--pdl", "--sets", str(sets), "--dump", str(dump)
+        )
+        assert done.returncode == 0, done.stderr
+        text = dump.read_text()
+        counts.append((len(re.findall(r"\bLDG\.E\.64\b", text)), len(re.findall(r"\bATOMG\.E\.CAS\b", text))))
+    (loads0, cas0), (loads2, cas2) = counts
+    assert (loads0, loads2) == (0, 1), counts
+    assert cas2 - cas0 == (1 if kernel == "msa-fp8" else 0), counts

@@ -10,6 +10,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared
 from triton.runtime.jit import constexpr_function
 
+from .guards import tile_set
+
 
 @constexpr_function
 def row_layout(vec):
@@ -20,16 +22,21 @@ def row_layout(vec):
 
 
 @gluon.jit
-def load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS: gl.constexpr, SLOT0: gl.constexpr, ROWS: gl.constexpr):
-    """Request b's query rows SLOT0 * HS .. SLOT0 * HS + ROWS - 1 of the tile set
-    ``q_sel[0]`` as they lie: raw elements [ROWS, 128] in ``row_layout`` (16 bytes a thread
-    and load; rows past 8 * HS are 0) of the [B, 8, HS, 128] tile at ``q_ptr + q_sel[0] *
-    q_set_stride`` (a multiple of 16 elements)."""
+def load_q_rows(
+    q_ptr, q_sel_ptr, q_set_stride, b, HS: gl.constexpr, SLOT0: gl.constexpr, ROWS: gl.constexpr, SETS: gl.constexpr
+):
+    """(rows, code, value): request b's query rows SLOT0 * HS .. SLOT0 * HS + ROWS - 1 as
+    they lie, raw elements [ROWS, 128] in ``row_layout`` (16 bytes a thread and load; rows
+    past 8 * HS are 0) of the [B, 8, HS, 128] tile at ``q_ptr`` (SETS 0: q_sel unread) or
+    of set ``q_sel[0]`` of SETS, ``q_set_stride`` elements apart (a multiple of 16), with
+    ``guards.tile_set``'s code and value (set 0 read for an index outside them)."""
     layout: gl.constexpr = row_layout(128 // q_ptr.dtype.element_ty.primitive_bitwidth)
     qr = SLOT0 * HS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     d = gl.arange(0, 128, layout=gl.SliceLayout(0, layout))
-    tile = q_ptr + gl.multiple_of(gl.load(q_sel_ptr) * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
-    return gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
+    q_set, code, value = tile_set(q_sel_ptr, SETS)
+    tile = q_ptr + gl.multiple_of(q_set * q_set_stride, 16) + b.to(gl.int64) * (8 * HS * 128)
+    rows = gl.load(tile + qr[:, None] * 128 + d[None, :], mask=(qr < 8 * HS)[:, None], other=0)
+    return rows, code, value
 
 
 @gluon.jit

@@ -13,11 +13,13 @@ ERR_PROTOCOL = 0
 ERR_INPUT = 1
 BAD_BLOCK = 1  # a block id the decode would read lies outside [0, num_blocks)
 BAD_LENGTH = 2  # a length that is negative or in 1 .. query_len - 1 (0 is padding)
+BAD_QUERY_SET = 3  # a scorer's tile set index outside [0, its sets)
 BOUND_WORDS = 4  # per request: smallest id, its column, largest id, its column
 
 _ERR_INPUT = tl.constexpr(ERR_INPUT)
 _BAD_BLOCK = tl.constexpr(BAD_BLOCK)
 _BAD_LENGTH = tl.constexpr(BAD_LENGTH)
+_BAD_QUERY_SET = tl.constexpr(BAD_QUERY_SET)
 _BIG = tl.constexpr(2**31 - 1)
 
 
@@ -93,3 +95,19 @@ def record_input(err_ptr, code, request, column, value):
             tl.store(err_ptr + _ERR_INPUT + 1, request)
             tl.store(err_ptr + _ERR_INPUT + 2, column)
             tl.store(err_ptr + _ERR_INPUT + 3, value)
+
+
+@triton.jit
+def tile_set(q_sel_ptr, SETS: tl.constexpr):
+    """(set, code, value) of a scorer's tile set index ``raw = q_sel[0]`` (int64) among
+    SETS sets: the set to read (``raw``, or 0 where it lies outside ``[0, SETS)``: no read
+    leaves the tile), the record's code (0 or BAD_QUERY_SET) and ``raw`` saturated to
+    int32. SETS 0: no sets, q_sel unread, (0, 0, 0)."""
+    q_set, code, value = 0, 0, 0
+    if SETS > 0:
+        raw = tl.load(q_sel_ptr)
+        ok = (raw >= 0) & (raw < SETS)
+        q_set = tl.where(ok, raw, 0)
+        code = tl.where(ok, 0, _BAD_QUERY_SET)
+        value = tl.minimum(tl.maximum(raw, -_BIG - 1), _BIG).to(tl.int32)
+    return q_set, code, value

@@ -16,13 +16,14 @@ def pages_scored(lens_ptr, b, W):
 
 
 @triton.jit
-def query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS: tl.constexpr, SLOT0: tl.constexpr, ROWS: tl.constexpr):
-    """(r, own, q): the tile's rows r = slot * HS + head from slot SLOT0 on (ROWS of them,
-    past 8 * HS padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q
-    fp16 [ROWS, 128] (E4M3 -> fp16 is exact, in integers: ``e4m3``; padding rows 0)."""
+def query_rows(q_ptr, q_set, q_set_stride, b, length, HS: tl.constexpr, SLOT0: tl.constexpr, ROWS: tl.constexpr):
+    """(r, own, q): tile set ``q_set``'s rows (an index the caller bounded:
+    ``guards.tile_set``) r = slot * HS + head from slot SLOT0 on (ROWS of them, past 8 * HS
+    padding), each row's causal bound own(slot) = (len - 8 + slot) // 128, and q fp16 [ROWS,
+    128] (E4M3 -> fp16 is exact, in integers: ``e4m3``; padding rows 0)."""
     r = SLOT0 * HS + tl.arange(0, ROWS)
     own = scored_own_page(length, r // HS)
     d = tl.arange(0, 128)
-    tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
+    tile = q_ptr + q_set * q_set_stride + b.to(tl.int64) * (8 * HS * 128)
     qb = tl.load(tile + r[:, None] * 128 + d[None, :], mask=r[:, None] < 8 * HS, other=0)
     return r, own, e4m3_to_f16(qb)

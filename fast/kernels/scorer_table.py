@@ -9,7 +9,7 @@ import triton.language as tl
 from indexer_constants import CODE_BYTES, PAGE_BYTES
 
 from .device import pdl_wait
-from .guards import BAD_BLOCK, record_input
+from .guards import BAD_BLOCK, record_input, tile_set
 from .score_rows import pages_scored, query_rows
 
 _PAGE_BYTES = tl.constexpr(PAGE_BYTES)
@@ -20,7 +20,7 @@ _BAD_BLOCK = tl.constexpr(BAD_BLOCK)
 @triton.jit
 def score_kernel_table(
     q_ptr,  # uint8 [.., B, 8, HS, 128] query tile (E4M3 bytes); offset by q_sel below
-    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_sel_ptr,  # int64 [1]: which tile set to read (SETS > 0; see q_set_stride)
     q_set_stride,  # bytes between tile sets (0 where there is one)
     k_ptr,  # uint8 [N, 9216] pages
     bt_ptr,  # int32 [B, W]
@@ -39,6 +39,7 @@ def score_kernel_table(
     V: tl.constexpr,  # pages per program, as a leading tensor dimension
     RECORD: tl.constexpr,  # record a bad id in err_ptr's record
     PDL: tl.constexpr,
+    SETS: tl.constexpr = 0,  # q_sel[0] picks one of SETS tile sets (outside them: NaN); 0: the tile, q_sel unread
 ):
     """Pages ``first .. first + V - 1`` of request program_id(0); a page whose id lies
     outside ``[0, num_blocks)`` is not loaded and its column gets NaN."""
@@ -47,7 +48,8 @@ def score_kernel_table(
     pdl_wait(PDL)
     length, n = pages_scored(lens_ptr, b, W)
     if first < n:
-        r, own, q = query_rows(q_ptr, q_sel_ptr, q_set_stride, b, length, HS, SLOT0, ROWS)
+        q_set, set_code, set_value = tile_set(q_sel_ptr, SETS)
+        r, own, q = query_rows(q_ptr, q_set, q_set_stride, b, length, HS, SLOT0, ROWS)
         qt = tl.broadcast_to(tl.trans(q)[None, :, :], [V, 128, ROWS])
         v = tl.arange(0, V)
         j = first + v  # [V] page columns
@@ -74,6 +76,10 @@ def score_kernel_table(
             best_half = tl.where(tl.arange(0, 2) == h, half[:, :, None], best_half)
         best = tl.max(best_half, axis=2) + 0.0  # [V, ROWS]; +0.0: an all-zero sum is +0.0
         best = tl.where(bad[:, None], float("nan"), best)
+        if SETS > 0:  # a tile set outside the sets: every column NaN, the record names it
+            best = tl.where(set_code != 0, float("nan"), best)
+            if RECORD:
+                record_input(err_ptr, set_code, -1, -1, set_value)
         if RECORD:
             column = tl.min(tl.where(bad, j, 2**31 - 1), axis=0)
             value = tl.min(tl.where(bad & (j == column), page, 2**31 - 1), axis=0)

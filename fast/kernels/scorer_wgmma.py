@@ -16,7 +16,7 @@ from triton.runtime.jit import constexpr_function
 from . import page_ring
 from .column_order import load_q_rows, logical_columns, store_q_tile
 from .dequant_prmt import GROUP_ASM, GROUP_ASM_E4M3
-from .guards import BAD_BLOCK, ERR_INPUT
+from .guards import BAD_BLOCK, ERR_INPUT, record_input
 from .loads import GROUP_LAYOUT, advance, entries, in_cache, issue_page, load_nth_block
 from .page_maxima import (
     alloc_maxima,
@@ -287,7 +287,7 @@ def ring_pages(
 def score_kernel_wgmma(
     q_ptr,
     q_sel_ptr,
-    q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride
+    q_set_stride,  # uint8 tile [.., B, 8, HS, 128] at q_sel[0] * q_set_stride (SETS > 0)
     k_ptr,  # uint8 [N, 9216] pages
     k64_ptr,  # the same memory as int64 [N, 1152]
     tab_ptr,  # int64 [256]: fast.tables.scale_tables (2 KB-aligned)
@@ -311,6 +311,7 @@ def score_kernel_wgmma(
     RELEASE: gl.constexpr,  # (PDL) let the dependent grid launch at once
     PARTS: gl.constexpr,  # partial maxima per page and row: partial_maxima(ROWS, PPP, mma)
     RECORD: gl.constexpr,  # record a bad id in err_ptr's record
+    SETS: gl.constexpr = 0,  # q_sel[0] picks one of SETS tile sets (outside them: NaN); 0: the tile, q_sel unread
     RING: gl.constexpr = 0,  # > 0: pages reach shared memory through a ring of RING (page_ring.py); 0: registers
     TABLES: gl.constexpr = 0,  # 1: the scale table copied into shared memory, gathered there
     E4M3_MMA: gl.constexpr = False,  # the E4M3-MMA route (DESIGN §4.1): wgmma k32 at every N
@@ -361,7 +362,7 @@ def score_kernel_wgmma(
             if PREFETCH:
                 gdc_wait()  # for the q tile
         # q in logical column order, its rows loaded whole (column_order.py)
-        qb = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
+        qb, set_code, set_value = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS, SETS)
         q8 = qb.to(gl.float8e4nv, bitcast=True)
         q_in = q8 if E4M3_MMA else q8.to(gl.float16)  # the A fragment's type; fp16 exact
         q_op = store_q_tile(logical_columns(q_in, WIDTH), mma, _mma_sync(ROWS, E4M3_MMA))
@@ -486,6 +487,10 @@ def score_kernel_wgmma(
         ids = gl.load(bt_row + j, mask=live, other=0)
         bad = live & ~(live & IN_CACHE(ids, num_blocks))  # so that a hook returning True folds
         best = gl.where(bad[:, None], float("nan"), best)
+        if SETS > 0:  # a tile set outside the sets: every column NaN, the record names it
+            best = gl.where(set_code != 0, float("nan"), best)
+            if RECORD:
+                record_input(err_ptr, set_code, -1, -1, set_value)
         if RECORD:
             column = gl.min(gl.where(bad, j, 2**31 - 1), axis=0)
             if column < 2**31 - 1:

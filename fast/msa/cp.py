@@ -96,6 +96,7 @@ class MsaDecodeCP(IndexerDecodeCP):
             first_slot=SLOTS - query_len,
             q_sel=layer.current,
             q_set_stride=self._tile_words * 4 // self.query_dtype.itemsize,
+            q_sets=2,  # the sets by parity (DESIGN §6)
             pdl=self.pdl,
             mma=self.mma,
         )

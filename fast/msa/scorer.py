@@ -182,6 +182,7 @@ def score_blocks(
     first_slot: int = 0,
     q_sel: torch.Tensor | None = None,
     q_set_stride: int = 0,
+    q_sets: int | None = None,
     pdl: bool = False,
     error: torch.Tensor | None = None,
     mma: str = "exact",
@@ -198,9 +199,11 @@ def score_blocks(
     stores NaN.
 
     first_slot: 0..7, score only the slots from it on and leave the earlier rows untouched.
-    q_sel / q_set_stride: read the tile at ``q_tile + q_sel[0] * q_set_stride`` elements
-    (the CP path's two tile sets; a multiple of 16). pdl: launch as a programmatic
-    dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
+    q_sel / q_set_stride / q_sets: read the tile at ``q_tile + q_sel[0] * q_set_stride``
+    elements, one of ``q_sets`` sets in q_tile's storage (the CP path's two; q_sel int64
+    ``[1]`` on the device, the stride a multiple of 16); an index outside ``[0, q_sets)``
+    reads no query, every stored column gets NaN and ``error`` records it. pdl: launch as a
+    programmatic dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
     NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
     is recorded: a program's first, and the record's first writer wins. mma: "exact"
     (16-bit operands, fp32 sums), or "e4m3" for E4M3 keys on the Hopper route: Hopper's
@@ -218,6 +221,7 @@ def score_blocks(
         first_slot=first_slot,
         q_sel=q_sel,
         q_set_stride=q_set_stride,
+        q_sets=q_sets,
         pdl=pdl,
         error=error,
         mma=mma,
@@ -246,6 +250,7 @@ def plan_block_scorer(
     first_slot: int = 0,
     q_sel: torch.Tensor | None = None,
     q_set_stride: int = 0,
+    q_sets: int | None = None,
     pdl: bool = False,
     error: torch.Tensor | None = None,
     mma: str = "exact",
@@ -267,7 +272,7 @@ def plan_block_scorer(
     check_int("stride", stride, low=1)
     check_int("offset", offset, low=0, high=stride - 1)
     check_int("first_slot", first_slot, low=0, high=SLOTS - 1)
-    checks.query_sets(q_sel, q_set_stride, device, "elements")
+    sets = checks.query_sets(q_tile, q_sel, q_set_stride, q_sets, device, "elements")
     for name, x in (("k_cache", k_cache), ("block_table", block_table), ("out", out)):
         if x.device != device:
             raise ValueError(f"{name}: expected device {device} (q_tile's), got {x.device}")
@@ -316,6 +321,7 @@ def plan_block_scorer(
         SLOT0=first_slot,
         IS_FP8=k_cache.dtype == torch.float8_e4m3fn,
         RECORD=error is not None,
+        SETS=sets,
         num_warps=NUM_WARPS,
         **pdl_options(pdl),
     )

@@ -9,7 +9,7 @@ from indexer_constants import HEAD_DIM, PAGE, SLOTS
 
 from ...kernels.device import pdl_wait
 from ...kernels.e4m3 import e4m3_bytes_to_f16
-from ...kernels.guards import BAD_BLOCK, record_input
+from ...kernels.guards import BAD_BLOCK, record_input, tile_set
 from ...kernels.rules import query_position
 from .rules import read_blocks
 
@@ -57,7 +57,7 @@ def to_operand(raw, IS_FP8: tl.constexpr, INTERPRETER: tl.constexpr, HW_E4M3: tl
 @triton.jit
 def msa_score_kernel(
     q_ptr,  # [.., B, 8, HS, 128] query tile, raw: E4M3 bytes (uint8) or bf16 bits (int16)
-    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_sel_ptr,  # int64 [1]: which tile set to read (SETS > 0; see q_set_stride)
     q_set_stride,  # elements between tile sets (0 where there is one)
     k_ptr,  # [N, 128, 128] keys, raw as the tile
     bt_ptr,  # int32 [B, W]: column j holds global block j * stride + offset
@@ -82,6 +82,7 @@ def msa_score_kernel(
     RECORD: tl.constexpr,  # record a bad id in err_ptr's record
     PDL: tl.constexpr,
     STAGES: tl.constexpr,  # software pipeline depth of the column loop (GPUs)
+    SETS: tl.constexpr = 0,  # q_sel[0] picks one of SETS tile sets (outside them: NaN); 0: the tile, q_sel unread
 ):
     """Program (b, c) scores columns ``c * COLS ..`` of request b: computed when the global
     block ``g < min(ceil(len / 128), P)``, stored in a row when also ``128 g <= pos``, as the
@@ -99,9 +100,14 @@ def msa_score_kernel(
         t = tl.arange(0, _PAGE)
         live_row = r < _SLOTS * HS
         pos = query_position(length, r // HS)  # [ROWS]: the query position of each row
-        tile = q_ptr + tl.load(q_sel_ptr) * q_set_stride + b.to(tl.int64) * (_SLOTS * HS * _DIM)
+        q_set, set_code, set_value = tile_set(q_sel_ptr, SETS)
+        tile = q_ptr + q_set * q_set_stride + b.to(tl.int64) * (_SLOTS * HS * _DIM)
         q_raw = tl.load(tile + r[None, :] * _DIM + d[:, None], mask=live_row[None, :], other=0)  # [128, ROWS]
         unwritten = tl.max(is_nan_element(q_raw, IS_FP8).to(tl.int32), axis=0) > 0  # [ROWS]
+        if SETS > 0:  # a tile set outside the sets: every row NaN, the record names it
+            unwritten = unwritten | (set_code != 0)
+            if RECORD:
+                record_input(err_ptr, set_code, -1, -1, set_value)
         q = to_operand(tl.where(unwritten[None, :], 0, q_raw), IS_FP8, INTERPRETER, HW_E4M3)
         out_row = out_ptr + b.to(tl.int64) * stride_ob + r * stride_or
         bad_column = _NONE

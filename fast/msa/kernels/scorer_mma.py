@@ -15,7 +15,7 @@ from indexer_constants import PAGE
 
 from ...kernels import page_ring
 from ...kernels.column_order import load_q_rows, logical_columns, store_q_tile
-from ...kernels.guards import BAD_BLOCK, ERR_INPUT
+from ...kernels.guards import BAD_BLOCK, ERR_INPUT, record_input
 from ...kernels.page_maxima import alloc_maxima, column_maxima, maxima_layout, own_tokens_max, pad_pow2, page_max
 from ...kernels.rules import query_position
 from . import block_ring
@@ -51,7 +51,7 @@ def _fragment(raw, a_layout: gl.constexpr, IS_FP8: gl.constexpr, E4M3_MMA: gl.co
 @gluon.jit
 def msa_score_kernel_mma(
     q_ptr,  # [.., B, 8, HS, 128] query tile, raw: E4M3 bytes (uint8) or BF16 bits (int16)
-    q_sel_ptr,  # int64 [1]: which tile set to read (see q_set_stride)
+    q_sel_ptr,  # int64 [1]: which tile set to read (SETS > 0; see q_set_stride)
     q_set_stride,  # elements between tile sets (0 where there is one)
     k_ptr,  # [N, 128, 128] keys, raw as the tile
     bt_ptr,  # int32 [B, W]: column j holds global block j * stride + offset
@@ -80,6 +80,7 @@ def msa_score_kernel_mma(
     TENSOR: gl.constexpr,  # BULK: by tensor copies through desc_ptr's map (swizzled), else 1D bulk copies
     FOLD: gl.constexpr,  # the page maxima folded by layout (fast.msa.scorer.mma_folds), else by shuffles
     E4M3_MMA: gl.constexpr = False,  # IS_FP8: the E4M3-MMA route (DESIGN §4.1), wgmma k32 at every N
+    SETS: gl.constexpr = 0,  # q_sel[0] picks one of SETS tile sets (outside them: NaN); 0: the tile, q_sel unread
 ):
     """Program ``b * C + c`` (C = ceil(width / PPP) programs a request) scores columns
     ``c * PPP ..`` of request b as ``msa_score_kernel`` does (the same contract,
@@ -123,8 +124,12 @@ def msa_score_kernel_mma(
                 copy_half(ring, n, STAGES, k_ptr, blocks)
                 async_copy.commit_group()
         # q in logical column order; a NaN row's elements go in as they are (stored NaN anyway)
-        q_raw = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS)
+        q_raw, set_code, set_value = load_q_rows(q_ptr, q_sel_ptr, q_set_stride, b, HS, SLOT0, ROWS, SETS)
         q_unwritten = gl.max(is_nan_element(q_raw, IS_FP8).to(gl.int32), axis=1)  # [ROWS]
+        if SETS > 0:  # a tile set outside the sets: every row NaN, the record names it
+            q_unwritten = q_unwritten | (set_code != 0).to(gl.int32)
+            if RECORD:
+                record_input(err_ptr, set_code, -1, -1, set_value)
         q_op = store_q_tile(_operand(q_raw, IS_FP8, E4M3_MMA), mma, MMA_SYNC)
         # the lowest position of a scored row: a block that ends at or before it needs no mask
         pos_low = query_position(length, SLOT0)
