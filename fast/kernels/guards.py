@@ -99,10 +99,10 @@ def record_input(err_ptr, code, request, column, value):
 
 @triton.jit
 def tile_set(q_sel_ptr, SETS: tl.constexpr):
-    """(set, code, value) of a scorer's tile set index ``raw = q_sel[0]`` (int64) among
-    SETS sets: the set to read (``raw``, or 0 where it lies outside ``[0, SETS)``: no read
-    leaves the tile), the record's code (0 or BAD_QUERY_SET) and ``raw`` saturated to
-    int32. SETS 0: no sets, q_sel unread, (0, 0, 0)."""
+    """(set, code, value) of the tile set index ``raw = q_sel[0]`` (int64) among SETS sets:
+    the set to read (``raw``, or 0 outside ``[0, SETS)``), the record's code (0 or
+    BAD_QUERY_SET) and ``raw`` saturated to int32, which the caller records (a branch here
+    would hold later loads behind the index). SETS 0: q_sel unread, (0, 0, 0)."""
     q_set, code, value = 0, 0, 0
     if SETS > 0:
         raw = tl.load(q_sel_ptr)
