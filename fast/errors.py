@@ -57,9 +57,9 @@ class BadLengthError(DecodeInputError):
 
 class BadQuerySetError(DecodeInputError):
     """A scorer's tile set index ``q_sel[0]`` lies outside ``[0, q_sets)`` (``score_pages``
-    or ``score_blocks`` called with q_sel): no query was read and every stored column is
-    NaN. request and column are -1 (the launch's, not a request's); value: the index,
-    saturated to int32."""
+    or ``score_blocks`` called with q_sel): set 0 was read in its place (no read left the
+    tile) and every stored column is NaN. request and column are -1 (the launch's, not a
+    request's); value: the index, saturated to int32."""
 
     argument = "q_sel"
 
@@ -101,8 +101,8 @@ def raise_recorded(record: torch.Tensor, *, rank: int = 0, timeout_s: float | No
         )
     if code == BAD_QUERY_SET:
         raise BadQuerySetError(
-            f"q_sel: tile set index {value} lies outside the scorer's q_sets sets (rank {rank}); no query"
-            " was read and every stored column is NaN",
+            f"q_sel: tile set index {value} lies outside the scorer's q_sets sets (rank {rank}); set 0 was"
+            " read in its place and every stored column is NaN",
             request,
             column,
             value,

@@ -307,7 +307,7 @@ def score_pages(
     q x Hs. 0 is the reference's contract. q_sel / q_set_stride / q_sets: read the tile at
     ``q_tile + q_sel[0] * q_set_stride`` bytes, one of ``q_sets`` sets in q_tile's storage
     (the CP path's two; q_sel int64 ``[1]`` on the device, the stride a multiple of 16); by
-    default the tile itself. An index outside ``[0, q_sets)`` reads no query: every stored
+    default the tile itself. An index outside ``[0, q_sets)`` reads set 0 instead: every stored
     column gets NaN and ``error`` records it. pdl: launch as a programmatic dependent
     (GPUs), waiting for the producer before reading the tile.
 

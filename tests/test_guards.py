@@ -389,7 +389,7 @@ EDGE_SETS = {0: False, 1: False, 2: True, -1: True, 2**63 - 1: True, -(2**63): T
 def test_scorers_guard_the_tile_set_index_at_its_edges(fmt, index):
     """score_pages / score_blocks with two tile sets, every kernel of the format: an index
     in range scores its own set exactly as the reference scores that tile; one outside
-    reads no query, every stored column is NaN, nothing else is written, and the record is
+    reads set 0 instead, every stored column is NaN, nothing else is written, and the record is
     exactly (BAD_QUERY_SET, -1, -1, the index saturated to int32), which raise_recorded
     turns into BadQuerySetError."""
     case, tile, ref, calls = _scorer_calls(fmt)

@@ -202,7 +202,7 @@ def score_blocks(
     q_sel / q_set_stride / q_sets: read the tile at ``q_tile + q_sel[0] * q_set_stride``
     elements, one of ``q_sets`` sets in q_tile's storage (the CP path's two; q_sel int64
     ``[1]`` on the device, the stride a multiple of 16); an index outside ``[0, q_sets)``
-    reads no query, every stored column gets NaN and ``error`` records it. pdl: launch as a
+    reads set 0 instead, every stored column gets NaN and ``error`` records it. pdl: launch as a
     programmatic dependent (GPUs). An id outside ``[0, N)`` is never loaded and its stored columns get
     NaN; with ``error`` (an int32 [5] record: ``fast.errors``) such a (request, column, id)
     is recorded: a program's first, and the record's first writer wins. mma: "exact"
